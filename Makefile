@@ -1,0 +1,29 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Each creates .venv on first use.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test test-fast clean-venv
+
+# Only the `app` extra: the demo needs no torch.
+$(VENV)/.app: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[app]"
+	touch $@
+
+# Everything: training, export, runtime and test tools. torch==2.14.1 comes from this machine's disk.
+$(VENV)/.all: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[app,train,dev]"
+	touch $(VENV)/.app $@
+
+demo: $(VENV)/.app
+	$(BIN)/rotkws demo
+
+test: $(VENV)/.all
+	$(BIN)/python -m pytest -q -ra
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,49 @@
+"""The `rotkws` command: one entry point, one module per subcommand.
+
+Each subcommand lives in its own module as `main(argv: list[str]) -> int` and is imported only
+when it runs, so `rotkws detect` and `rotkws demo` never import torch, and `rotkws train` works
+only where the `train` extra is installed.
+"""
+import importlib
+import sys
+
+# name → (module, what it does); `eval` goes to training with --checkpoint, to the runtime otherwise
+COMMANDS = {
+    "train": ("training.cli", "train a classifier from a config file (needs the train extra)"),
+    "eval": ("app.evaluate", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
+    "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
+    "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
+    "demo": ("app.demo", "the Gradio microphone demo"),
+    "bench": ("app.bench", "measure accuracy, detection and cost into bench/report.md"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: rotkws COMMAND [options]   (rotkws COMMAND --help for its options)", ""]
+    lines += [f"  {name:<8}{text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"rotkws: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = COMMANDS[name][0]
+    if name == "eval" and any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in rest):
+        module = "training.evaluate"
+    try:
+        entry = importlib.import_module(module).main
+    except ModuleNotFoundError as e:
+        print(f"rotkws {name}: {e.name} is not installed here; "
+              f"install the extra it needs, e.g. pip install -e '.[train]'", file=sys.stderr)
+        return 2
+    return int(entry(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The RotRNN layer (Biegun et al., "RotRNN: Modelling Long Sequences with Rotations").
+
+Per head h (H heads, N = state / H, even):
+
+    γ_h = exp(−exp(g_h))                         decay, one per head
+    P_h = expm(M_h − M_hᵀ)                       orthogonal basis (N × N)
+    Θ_h = blockdiag(R(θ_h,1) … R(θ_h,N/2))       2 × 2 rotations
+    ξ_h = sqrt((1 − γ_h²) / tr(B_hᵀ B_h))        input normalisation: E‖x_t‖² = 1 for white u
+    x_t = γ_h P_h Θ_h P_hᵀ x_{t−1} + ξ_h B_h u_t
+    y_t = C · concat_h(x_t) + D ⊙ u_t
+
+In the basis P_hᵀ each coordinate pair is one complex number multiplied by λ = γ_h e^{iθ}
+every step, so the layer runs on the chunked complex-diagonal op of model/scan.py.
+"""
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .scan import ScanKernels, chunked_scan, n_chunks, scan_kernels
+
+
+def init_log_neg_log_gamma(heads: int, gamma_min: float, gamma_max: float) -> Tensor:
+    """g = log(−log γ), uniform between the values for γ_max and γ_min."""
+    lo, hi = math.log(-math.log(gamma_max)), math.log(-math.log(gamma_min))
+    return torch.empty(heads).uniform_(lo, hi)
+
+
+class RotRNN(nn.Module):
+    """A RotRNN layer: `layer(u, state) -> (y, state_out)`.
+
+    u:     (B, L, d_model) float32
+    state: (B, state) float32 in the layer's own basis (x above), zeros if None
+    y:     (B, L, d_model); state_out: (B, state), the state after the last step
+           (None when bidirectional: a clip layer has no carried state).
+    """
+
+    def __init__(self, d_model: int, state: int, heads: int, *, bidirectional: bool = False,
+                 normalize_input: bool = True, chunk: int = 64, gamma_min: float = 0.9,
+                 gamma_max: float = 0.999, max_phase: float = 2 * math.pi, skip: bool = True):
+        super().__init__()
+        if state % heads or (state // heads) % 2:
+            raise ValueError(f"state ({state}) must split into {heads} heads of even size")
+        self.d_model, self.state_size, self.heads = d_model, state, heads
+        self.N = N = state // heads
+        self.bidirectional, self.normalize_input, self.chunk = bidirectional, normalize_input, chunk
+        scale = 1 / math.sqrt(d_model + state)
+        self.g = nn.Parameter(init_log_neg_log_gamma(heads, gamma_min, gamma_max))   # γ = exp(−exp(g))
+        self.theta = nn.Parameter(torch.rand(heads, N // 2) * max_phase)            # θ ~ U[0, max_phase)
+        self.M = nn.Parameter(torch.randn(heads, N, N))                             # P = expm(M − Mᵀ)
+        self.B = nn.Parameter(torch.randn(heads, N, d_model) * scale)
+        self.C = nn.Parameter(torch.randn(d_model, state) * scale)
+        self.D = nn.Parameter(torch.randn(d_model)) if skip else None
+        self.reverse = (RotRNN(d_model, state, heads, normalize_input=normalize_input, chunk=chunk,
+                               gamma_min=gamma_min, gamma_max=gamma_max, max_phase=max_phase,
+                               skip=False) if bidirectional else None)
+        self.track_norm = False
+        self.last_state_norm: Tensor | None = None
+        self.frozen: ScanKernels | None = None
+
+    # -- the paper's quantities -------------------------------------------------------------
+    @property
+    def gamma(self) -> Tensor:
+        return torch.exp(-torch.exp(self.g))                                         # (H,)
+
+    def P(self) -> Tensor:
+        return torch.linalg.matrix_exp(self.M - self.M.transpose(1, 2))             # (H, N, N)
+
+    def xi(self) -> Tensor:
+        if not self.normalize_input:
+            return torch.ones_like(self.g)
+        return torch.sqrt((1 - self.gamma ** 2) / self.B.pow(2).sum((1, 2)))       # (H,)
+
+    def rotation(self) -> Tensor:
+        """Θ: (H, N, N) block-diagonal 2 × 2 rotations."""
+        c, s = torch.cos(self.theta), torch.sin(self.theta)                          # (H, N/2)
+        R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)      # (H, N/2, 2, 2)
+        return torch.stack([torch.block_diag(*r) for r in R])
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        """B, C, D, γ (through g) and θ: the group the authors train with Adam, no weight decay."""
+        own = [p for p in (self.B, self.C, self.D, self.g, self.theta) if p is not None]
+        return own + (self.reverse.recurrent_parameters() if self.reverse is not None else [])
+
+    # -- the chunked op ---------------------------------------------------------------------
+    def _lambda(self) -> tuple[Tensor, Tensor]:
+        """log|λ| and arg λ per complex channel, (K,) each with K = state / 2."""
+        log_gamma = -torch.exp(self.g)
+        return log_gamma.repeat_interleave(self.N // 2), self.theta.reshape(-1)
+
+    def kernels(self, length: int, dtype: torch.dtype) -> ScanKernels:
+        if self.frozen is not None:
+            if n_chunks(length, self.chunk) > self.frozen.max_chunks:
+                raise ValueError(f"at most {self.frozen.max_chunks * self.chunk} steps per call "
+                                 f"in a frozen layer, got {length}")
+            return self.frozen
+        return scan_kernels(*self._lambda(), self.chunk, n_chunks(length, self.chunk), dtype)
+
+    def freeze(self, max_steps: int) -> None:
+        """Compute the kernels once (float64 → float32) and keep them as constants, for export."""
+        with torch.no_grad():
+            self.frozen = scan_kernels(*self._lambda(), self.chunk, n_chunks(max_steps, self.chunk))
+        if self.reverse is not None:
+            self.reverse.freeze(max_steps)
+
+    def forward(self, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        y, state_out = self._scan(u, state)
+        if self.reverse is None:
+            return y, state_out
+        if state is not None:
+            raise ValueError("a bidirectional RotRNN classifies whole clips: it takes no state")
+        y_rev, _ = self.reverse._scan(u.flip(1), None)
+        return y + y_rev.flip(1), None
+
+    def _scan(self, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
+        Bsz, L, _ = u.shape
+        H, N = self.heads, self.N
+        P = self.P()                                                                 # (H, N, N)
+        Bt = (self.xi()[:, None, None] * P.transpose(1, 2) @ self.B)                 # (H, N, d) = ξ Pᵀ B
+        Ct = (self.C.view(-1, H, N).transpose(0, 1) @ P).transpose(0, 1)            # (d, H, N) = C P
+        v = torch.einsum("bld,hnd->blhn", u, Bt).reshape(Bsz, L, H, N // 2, 2)      # pairs (re, im)
+        v = v.permute(0, 1, 4, 2, 3).reshape(Bsz, L, 2, -1)                           # (B, L, 2, K)
+        c0 = None
+        if state is not None:                                                        # x0 → Pᵀ x0
+            z0 = torch.einsum("bhn,hnm->bhm", state.view(Bsz, H, N), P)
+            c0 = z0.reshape(Bsz, H, N // 2, 2).permute(0, 3, 1, 2).reshape(Bsz, 2, -1)
+        z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)                         # (B, L, 2, K)
+        z = z.reshape(Bsz, L, 2, H, N // 2).permute(0, 1, 3, 4, 2).reshape(Bsz, L, H, N)
+        if self.track_norm:
+            self.last_state_norm = z.detach().norm(dim=-1).mean()                    # ‖x‖ = ‖Pᵀx‖
+        y = torch.einsum("blhn,dhn->bld", z, Ct)
+        if self.D is not None:
+            y = y + self.D * u
+        zT = zT.reshape(Bsz, 2, H, N // 2).permute(0, 2, 3, 1).reshape(Bsz, H, N)
+        state_out = torch.einsum("hnm,bhm->bhn", P, zT).reshape(Bsz, H * N)        # x = P z
+        return y, state_out
+
+
+def rotrnn_reference(layer: RotRNN, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """The same layer as a plain loop over time, for tests only (differentiable).
+
+    1. A_h = γ_h P_h Θ_h P_hᵀ
+    2. x_t = A_h x_{t−1} + ξ_h B_h u_t
+    3. y_t = C x_t + D ⊙ u_t
+    """
+    y, state_out = _reference_loop(layer, u, state)
+    if layer.reverse is None:
+        return y, state_out
+    y_rev, _ = _reference_loop(layer.reverse, u.flip(1), None)
+    return y + y_rev.flip(1), None
+
+
+def _reference_loop(layer: RotRNN, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
+    Bsz, L, _ = u.shape
+    P = layer.P()
+    A = layer.gamma[:, None, None] * P @ layer.rotation() @ P.transpose(1, 2)      # 1. (H, N, N)
+    Bn = layer.xi()[:, None, None] * layer.B                                        # (H, N, d)
+    x = u.new_zeros(Bsz, layer.heads, layer.N) if state is None else state.view(Bsz, layer.heads, layer.N)
+    ys = []
+    for t in range(L):
+        x = torch.einsum("hnm,bhm->bhn", A, x) + torch.einsum("hnd,bd->bhn", Bn, u[:, t])  # 2.
+        y = x.reshape(Bsz, -1) @ layer.C.T                                                   # 3.
+        ys.append(y if layer.D is None else y + layer.D * u[:, t])
+    return torch.stack(ys, 1), x.reshape(Bsz, -1)
