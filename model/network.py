@@ -223,3 +223,26 @@ class RotRNNClassifier(nn.Module):
 
 def count_parameters(net: nn.Module) -> int:
     return sum(p.numel() for p in net.parameters())
+
+
+CHECKPOINT_KEY = "rotkws"   # where a checkpoint keeps its config, labels and provenance
+STATE_PREFIX = "net."       # the classifier's weights inside a (Lightning) checkpoint's state_dict
+
+
+def checkpoint_payload(net: RotRNNClassifier, **meta) -> dict:
+    """What a checkpoint must hold so that loading rebuilds the network without guessing:
+    {"rotkws": {"config": ..., **meta}, "state_dict": {"net.<name>": tensor}}. Plain types only,
+    so `torch.load(..., weights_only=True)` reads it."""
+    return {CHECKPOINT_KEY: {"config": net.cfg.to_dict(), **meta},
+            "state_dict": {STATE_PREFIX + k: v for k, v in net.state_dict().items()}}
+
+
+def classifier_from_checkpoint(ckpt: dict) -> RotRNNClassifier:
+    """Rebuild a classifier from a loaded checkpoint dict (see checkpoint_payload)."""
+    if CHECKPOINT_KEY not in ckpt:
+        raise ValueError(f"not a rotkws checkpoint: no {CHECKPOINT_KEY!r} entry "
+                         f"(keys: {sorted(ckpt)[:8]})")
+    net = RotRNNClassifier(RotRNNConfig(**ckpt[CHECKPOINT_KEY]["config"]))
+    weights = {k[len(STATE_PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(STATE_PREFIX)}
+    net.load_state_dict(weights)
+    return net

@@ -187,3 +187,14 @@ def test_paper_configuration_builds_and_classifies():
     with torch.no_grad():
         logits, state = net(torch.randn(1, 16_000) * 0.1)
     assert logits.shape == (1, 35) and state is None and torch.isfinite(logits).all()
+
+
+def test_checkpoint_payload_round_trips_through_weights_only_load(tmp_path):
+    from model import checkpoint_payload, classifier_from_checkpoint
+    cfg = RotRNNConfig(labels=("a", "b", "c"), d_model=8, state=8, heads=2, layers=1, **STREAM_CONFIGS["filterbank"])
+    net = RotRNNClassifier(cfg).eval()
+    torch.save(checkpoint_payload(net, task="test"), tmp_path / "c.ckpt")
+    loaded = classifier_from_checkpoint(torch.load(tmp_path / "c.ckpt", weights_only=True)).eval()
+    audio = torch.randn(1, 1600)
+    torch.testing.assert_close(loaded(audio)[0], net(audio)[0], rtol=0, atol=0)
+    assert loaded.cfg == cfg
