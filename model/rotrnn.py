@@ -12,6 +12,7 @@ Per head h (H heads, N = state / H, even):
 In the basis P_hᵀ each coordinate pair is one complex number multiplied by λ = γ_h e^{iθ}
 every step, so the layer runs on the chunked complex-diagonal op of model/scan.py.
 """
+import copy
 import math
 
 import torch
@@ -57,6 +58,7 @@ class RotRNN(nn.Module):
         self.track_norm = False
         self.last_state_norm: Tensor | None = None
         self.frozen: ScanKernels | None = None
+        self.frozen_maps: tuple[Tensor, Tensor, Tensor] | None = None
 
     # -- the paper's quantities -------------------------------------------------------------
     @property
@@ -97,11 +99,25 @@ class RotRNN(nn.Module):
         return scan_kernels(*self._lambda(), self.chunk, n_chunks(length, self.chunk), dtype)
 
     def freeze(self, max_steps: int) -> None:
-        """Compute the kernels once (float64 → float32) and keep them as constants, for export."""
+        """Compute the kernels and P, ξPᵀB, CP once (float64 → float32) and keep them as
+        constants, for export (an exported graph needs no matrix exponential)."""
         with torch.no_grad():
             self.frozen = scan_kernels(*self._lambda(), self.chunk, n_chunks(max_steps, self.chunk))
+            twin = copy.deepcopy(self).double()
+            twin.reverse = twin.frozen = twin.frozen_maps = None
+            self.frozen_maps = tuple(m.to(self.B.dtype) for m in twin._maps())
         if self.reverse is not None:
             self.reverse.freeze(max_steps)
+
+    def _maps(self) -> tuple[Tensor, Tensor, Tensor]:
+        """P (H, N, N), ξ Pᵀ B (H, N, d) and C P (d, H, N): the maps into and out of the λ basis."""
+        if self.frozen_maps is not None:
+            return self.frozen_maps
+        H, N = self.heads, self.N
+        P = self.P()
+        Bt = self.xi()[:, None, None] * P.transpose(1, 2) @ self.B                   # ξ Pᵀ B
+        Ct = (self.C.view(-1, H, N).transpose(0, 1) @ P).transpose(0, 1)             # C P
+        return P, Bt, Ct
 
     def forward(self, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         y, state_out = self._scan(u, state)
@@ -113,27 +129,25 @@ class RotRNN(nn.Module):
         return y + y_rev.flip(1), None
 
     def _scan(self, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
-        Bsz, L, _ = u.shape
+        Bsz, L, d = u.shape
         H, N = self.heads, self.N
-        P = self.P()                                                                 # (H, N, N)
-        Bt = (self.xi()[:, None, None] * P.transpose(1, 2) @ self.B)                 # (H, N, d) = ξ Pᵀ B
-        Ct = (self.C.view(-1, H, N).transpose(0, 1) @ P).transpose(0, 1)            # (d, H, N) = C P
-        v = torch.einsum("bld,hnd->blhn", u, Bt).reshape(Bsz, L, H, N // 2, 2)      # pairs (re, im)
-        v = v.permute(0, 1, 4, 2, 3).reshape(Bsz, L, 2, -1)                           # (B, L, 2, K)
+        K = H * N // 2                                              # complex channels
+        P, Bt, Ct = self._maps()                                    # (H, N, N), (H, N, d), (d, H, N)
+        # into the λ basis, channel-major: v[k, q, b, t] = (ξ Pᵀ B u_t)[pair k, re/im q]
+        v = (Bt.reshape(2 * K, d) @ u.reshape(Bsz * L, d).T).view(K, 2, Bsz, L)
         c0 = None
-        if state is not None:                                                        # x0 → Pᵀ x0
-            z0 = torch.einsum("bhn,hnm->bhm", state.view(Bsz, H, N), P)
-            c0 = z0.reshape(Bsz, H, N // 2, 2).permute(0, 3, 1, 2).reshape(Bsz, 2, -1)
-        z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)                         # (B, L, 2, K)
-        z = z.reshape(Bsz, L, 2, H, N // 2).permute(0, 1, 3, 4, 2).reshape(Bsz, L, H, N)
-        if self.track_norm:
-            self.last_state_norm = z.detach().norm(dim=-1).mean()                    # ‖x‖ = ‖Pᵀx‖
-        y = torch.einsum("blhn,dhn->bld", z, Ct)
+        if state is not None:                                       # x0 → Pᵀ x0
+            z0 = torch.einsum("bhn,hnm->hmb", state.view(Bsz, H, N), P)
+            c0 = z0.reshape(K, 2, Bsz)
+        z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)       # (K, B, n, 2, C), (K, 2, B)
+        if self.track_norm:                                         # ‖x_t‖ = ‖Pᵀ x_t‖ per head
+            sq = z.detach().pow(2).view(H, N // 2, Bsz, -1, 2, self.chunk).sum((1, 4))
+            self.last_state_norm = sq.reshape(H, Bsz, -1)[..., :L].sqrt().mean()
+        y = torch.einsum("kbnqc,dkq->bncd", z, Ct.reshape(d, K, 2)).reshape(Bsz, -1, d)[:, :L]
         if self.D is not None:
             y = y + self.D * u
-        zT = zT.reshape(Bsz, 2, H, N // 2).permute(0, 2, 3, 1).reshape(Bsz, H, N)
-        state_out = torch.einsum("hnm,bhm->bhn", P, zT).reshape(Bsz, H * N)        # x = P z
-        return y, state_out
+        x = torch.einsum("hnm,hmb->bhn", P, zT.reshape(H, N, Bsz))  # x = P z
+        return y, x.reshape(Bsz, H * N)
 
 
 def rotrnn_reference(layer: RotRNN, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

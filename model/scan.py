@@ -49,7 +49,7 @@ class ScanKernels:
 
     chunk: int
     intra: Tensor   # (K, 2C, 2C) block kernel, K[s, t] = λ^(t-s), s ≤ t
-    carry: Tensor   # (K, 2, C)   re/im of λ^(t+1): how the state entering a chunk reaches step t
+    carry: Tensor   # (K, 2, 2C)  block [[Re, Im], [−Im, Re]] of λ^(t+1): the entering state → step t
     inter: Tensor   # (K, 2, n, 2, n) block Toeplitz kernel, W[j, c] = λ^(C(c-j)), j ≤ c
 
     @property
@@ -57,15 +57,19 @@ class ScanKernels:
         return self.inter.shape[-1]
 
 
-def _toeplitz_block(log_gamma: Tensor, theta: Tensor, size: int, step: int) -> Tensor:
-    """(K, 2, size, 2, size) block form of W[s, t] = λ^(step·(t-s)) for s ≤ t, else 0."""
+def _toeplitz_block(log_gamma: Tensor, theta: Tensor, size: int, step: int, dtype: torch.dtype) -> Tensor:
+    """(K, 2, size, 2, size) block form of W[s, t] = λ^(step·(t-s)) for s ≤ t, else 0.
+
+    Only `size` distinct powers exist (a Toeplitz matrix): they are computed in float64, cast,
+    then laid out by indexing, so the size² entries cost one gather, not size² exp/cos/sin.
+    """
+    re, im = decay_powers(log_gamma, theta, step * torch.arange(size, device=log_gamma.device))
+    re, im = re.to(dtype), im.to(dtype)                                   # (K, size)
     idx = torch.arange(size, device=log_gamma.device)
-    d = idx[None, :] - idx[:, None]                               # (s, t) → t - s
-    re, im = decay_powers(log_gamma, theta, step * d.clamp(min=0))
-    causal = (d >= 0).to(re.dtype)
-    re, im = re * causal, im * causal
-    K = re.shape[0]
-    return _block(re, im).view(K, 2, size, 2, size)
+    d = idx[None, :] - idx[:, None]                                       # (s, t) → t - s
+    causal = (d >= 0).to(dtype)
+    re, im = re[:, d.clamp(min=0)] * causal, im[:, d.clamp(min=0)] * causal
+    return _block(re, im).view(re.shape[0], 2, size, 2, size)
 
 
 def scan_kernels(log_gamma: Tensor, theta: Tensor, chunk: int, max_chunks: int,
@@ -76,46 +80,44 @@ def scan_kernels(log_gamma: Tensor, theta: Tensor, chunk: int, max_chunks: int,
     """
     lg, th = log_gamma.double(), theta.double()
     K, C = lg.shape[0], chunk
-    intra = _toeplitz_block(lg, th, C, 1).reshape(K, 2 * C, 2 * C)
+    intra = _toeplitz_block(lg, th, C, 1, dtype).reshape(K, 2 * C, 2 * C)
     re, im = decay_powers(lg, th, torch.arange(1, C + 1, device=lg.device))
-    carry = torch.stack([re, im], 1)
-    inter = _toeplitz_block(lg, th, max_chunks, C)
-    return ScanKernels(C, intra.to(dtype), carry.to(dtype), inter.to(dtype))
+    carry = torch.stack([torch.cat([re, im], 1), torch.cat([-im, re], 1)], 1).to(dtype)
+    inter = _toeplitz_block(lg, th, max_chunks, C, dtype)
+    return ScanKernels(C, intra, carry, inter)
 
 
 def n_chunks(length: int, chunk: int) -> int:
-    return -(-length // chunk)
+    # ceil as a floor of non-negatives: an exported graph's integer Div truncates, and
+    # -(-L // C) would truncate to the wrong count
+    return (length + chunk - 1) // chunk
 
 
 def chunked_scan(v: Tensor, kernels: ScanKernels, c0: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """c_t = λ c_{t-1} + v_t over a whole sequence, no loop.
 
-    v:  (B, L, 2, K) float, [:, :, 0] real and [:, :, 1] imaginary parts; any L ≥ 1 with
+    v:  (K, 2, B, L) float: channel k's real [:, 0] and imaginary [:, 1] inputs; any L ≥ 1 with
         ceil(L / C) ≤ kernels.max_chunks (padded here, not by the caller)
-    c0: (B, 2, K) initial state, zeros if None
-    Returns c: (B, L, 2, K) and the final state c_{L-1}: (B, 2, K).
+    c0: (K, 2, B) initial state, zeros if None
+    Returns c: (K, B, n, 2, C), the sequence cut into n = ceil(L / C) chunks (steps from L on are
+    padding), and the final state c_{L-1}: (K, 2, B).
     """
-    Bsz, L, _, K = v.shape
+    K, _, Bsz, L = v.shape
     C = kernels.chunk
     n = n_chunks(L, C)
-    if c0 is None:
-        c0 = v.new_zeros(Bsz, 2, K)
-    # 1. local scans inside each chunk: (K, B·n, 2C) @ (K, 2C, 2C)
-    x = F.pad(v, (0, 0, 0, 0, 0, n * C - L))                       # (B, nC, 2, K)
-    x = x.reshape(Bsz, n, C, 2, K).permute(4, 0, 1, 3, 2)         # (K, B, n, 2, C)
-    local = torch.bmm(x.reshape(K, Bsz * n, 2 * C), kernels.intra)
-    local = local.reshape(K, Bsz, n, 2, C)
+    R = Bsz * n                                                           # rows: one per chunk
+    x = F.pad(v, (0, n * C - L)).reshape(K, 2, R, C)
+    # 1. local scans inside each chunk, from zero: [x_re | x_im] @ [[Kr, Ki], [-Ki, Kr]]
+    local = torch.baddbmm(torch.bmm(x[:, 0], kernels.intra[:, :C]), x[:, 1], kernels.intra[:, C:])
     # 2. the state entering each chunk: [c0, e_0 … e_{n-2}] @ Toeplitz(λ^C)
-    ends = local[..., C - 1]                                       # (K, B, n, 2)
-    E = torch.cat([c0.permute(2, 0, 1).unsqueeze(2), ends[:, :, : n - 1]], 2)
+    ends = local.view(K, Bsz, n, 2 * C)[..., C - 1 :: C]                # (K, B, n, 2) chunk-end states
+    if c0 is None:
+        c0 = v.new_zeros(K, 2, Bsz)
+    E = torch.cat([c0.transpose(1, 2).unsqueeze(2), ends[:, :, : n - 1]], 2)          # (K, B, n, 2)
     W = kernels.inter[:, :, :n, :, :n].reshape(K, 2 * n, 2 * n)
-    S = torch.bmm(E.transpose(2, 3).reshape(K, Bsz, 2 * n), W)    # (K, B, 2n)
-    S = S.reshape(K, Bsz, 2, n, 1)
-    # 3. carry it to every step of its chunk: λ^(t+1) ⊙ S
-    pr, pi = kernels.carry[:, 0].reshape(K, 1, 1, C), kernels.carry[:, 1].reshape(K, 1, 1, C)
-    sr, si = S[:, :, 0], S[:, :, 1]                                # (K, B, n, 1)
-    out_re = local[:, :, :, 0] + sr * pr - si * pi                # (K, B, n, C)
-    out_im = local[:, :, :, 1] + sr * pi + si * pr
-    out = torch.stack([out_re, out_im], 3)                        # (K, B, n, 2, C)
-    out = out.permute(1, 2, 4, 3, 0).reshape(Bsz, n * C, 2, K)[:, :L]
-    return out, out[:, L - 1]
+    S = torch.bmm(E.transpose(2, 3).reshape(K, Bsz, 2 * n), W)                       # (K, B, [re n | im n])
+    S = S.view(K, Bsz, 2, n).transpose(2, 3).reshape(K, R, 2)
+    # 3. carry it to every step of its chunk: + [S_re, S_im] @ [[Re λ^(t+1), Im λ^(t+1)], [−Im, Re]]
+    c = torch.baddbmm(local, S, kernels.carry).view(K, Bsz, n, 2, C)
+    last = L - 1 - (n - 1) * C
+    return c, c[:, :, n - 1, :, last].transpose(1, 2)

@@ -80,7 +80,7 @@ def test_kernels_stay_finite_for_long_sequences_and_small_gamma():
     k = scan_kernels(log_gamma, torch.tensor([0.1, 2.0, 3.0]), chunk=128, max_chunks=200)
     for t in (k.intra, k.carry, k.inter):
         assert torch.isfinite(t).all()
-    v = torch.randn(1, 128 * 200, 2, 3)
+    v = torch.randn(3, 2, 1, 128 * 200)                        # (K, 2, B, L)
     c, cT = chunked_scan(v, k)
     assert torch.isfinite(c).all() and torch.isfinite(cT).all()
 
