@@ -1,0 +1,95 @@
+"""Clip folders in the Speech Commands layout, read the same way by training and the runtime.
+
+    root/
+      yes/0c540988_nohash_0.wav           one subfolder per word; speaker before `_nohash_`
+      _unknown_/backward_0c540988_nohash_0.wav   other words, the word as a file-name prefix
+      _silence_/1024.wav                  1 s of noise, no speaker
+      _background_noise_/…                long noise recordings: never clips
+
+numpy + soundfile only (no torch): the runtime imports this module.
+"""
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+SILENCE = "_silence_"                     # the label of clips with no speech
+UNKNOWN = "_unknown_"                     # the label of words the model does not spot
+BACKGROUND_NOISE = "_background_noise_"   # the folder of long noise files, never clips
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+
+
+class ClipError(ValueError):
+    """A folder or file that cannot be read as clips: the message names it."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: Path
+    label: str       # one of the labels asked for
+    speaker: str     # speaker id (the file name for silence clips): what speaker splits hash
+
+    @property
+    def name(self) -> str:
+        """`word/file.wav`: how Speech Commands' split lists name a clip."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
+
+def speaker_of(filename: str) -> str:
+    """`backward_0c540988_nohash_0.wav` → `0c540988`; `0c540988_nohash_0.wav` → `0c540988`;
+    a name without `_nohash_` (a silence clip, `1024.wav`) → itself."""
+    stem = filename.rsplit("/", 1)[-1]
+    head = re.sub(r"_nohash_.*$", "", stem)
+    return head.rsplit("_", 1)[-1]
+
+
+def read_audio(path) -> tuple[np.ndarray, int]:
+    """(samples,) float32 mono in [−1, 1] and its sample rate in Hz; channels are averaged.
+
+    Any format soundfile reads (WAV 8/16/24/32-bit, FLAC, OGG). A file that is missing or is not
+    audio raises ClipError naming it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ClipError(f"{path}: no such audio file")
+    try:
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)   # (samples, channels)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise ClipError(f"{path}: not a readable audio file (expected WAV/FLAC/OGG): {e}") from None
+    return data.mean(axis=1, dtype=np.float32), int(rate)
+
+
+def folder_label(folder: str, filename: str, labels) -> str | None:
+    """The label of `folder/filename` for a model with `labels`, or None to skip the clip."""
+    if folder == SILENCE:
+        return SILENCE if SILENCE in labels else None
+    word = filename.split("_", 1)[0] if folder == UNKNOWN else folder
+    if word in labels:
+        return word
+    return UNKNOWN if UNKNOWN in labels else None
+
+
+def list_clips(root, labels) -> list[Clip]:
+    """Every clip under `root` (Speech Commands layout) whose label is one of `labels`.
+
+    Words that are not labels count as `_unknown_` when that is a label, else are skipped.
+    Raises ClipError when root does not exist or holds no clip for these labels.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ClipError(f"data folder {root} does not exist (expected a folder with one "
+                        f"subfolder per word, the Speech Commands layout)")
+    clips = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if folder.name == BACKGROUND_NOISE or folder.name.startswith("."):
+            continue
+        for path in sorted(folder.iterdir()):
+            label = folder_label(folder.name, path.name, labels)
+            if label is not None and path.suffix.lower() in AUDIO_SUFFIXES:
+                clips.append(Clip(path, label, speaker_of(path.name)))
+    if not clips:
+        raise ClipError(f"no clips in {root} for labels {list(labels)}: expected subfolders "
+                        f"named after words (yes/, no/, {UNKNOWN}/, {SILENCE}/ …) holding audio files")
+    return clips

@@ -1,0 +1,156 @@
+"""`rotkws train --config FILE [--section.key VALUE …] [--resume]`.
+
+Writes into the run directory (trainer.run_dir, default runs/<config name>):
+  checkpoints/last.ckpt   every epoch (and every trainer.checkpoint_every_n_steps steps)
+  checkpoints/best.ckpt   the best validation accuracy so far
+  logs/                   metrics.csv (and TensorBoard events when tensorboard is installed)
+"""
+import argparse
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+
+from app.clips import ClipError
+from model import SAMPLE_RATE
+
+from .config import ConfigError, TrainConfig, load_config
+from .data import KWSDataModule
+from .module import KWSModule
+from .tasks import task_labels
+
+USAGE = "rotkws train --config FILE [--section.key VALUE ...] [--resume]"
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    """Known flags, then `--section.key value` / `--section.key=value` pairs as overrides."""
+    parser = argparse.ArgumentParser(prog="rotkws train", usage=USAGE, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="YAML file (training/configs/*.yaml)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run directory's last.ckpt")
+    args, rest = parser.parse_known_args(argv)
+    overrides, i = {}, 0
+    while i < len(rest):
+        flag = rest[i]
+        if not flag.startswith("--") or "." not in flag:
+            raise ConfigError(f"unexpected argument {flag!r}: expected --section.key VALUE")
+        if "=" in flag:
+            key, value = flag[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(rest):
+            key, value = flag[2:], rest[i + 1]
+            i += 2
+        else:
+            raise ConfigError(f"{flag} needs a value")
+        overrides[key] = value
+    return args, overrides
+
+
+def run_dir(cfg: TrainConfig) -> Path:
+    return Path(cfg.trainer.run_dir or Path("runs") / cfg.name)
+
+
+def precision(cfg: TrainConfig) -> str:
+    """bf16 mixed precision on GPUs, full float32 elsewhere, unless the config says."""
+    if cfg.trainer.precision != "auto":
+        return cfg.trainer.precision
+    on_gpu = cfg.trainer.accelerator in ("gpu", "cuda") or (
+        cfg.trainer.accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if on_gpu else "32-true"
+
+
+def loggers(directory: Path) -> list:
+    out = [CSVLogger(directory, name="logs")]             # a resumed run adds version_N+1
+    if importlib.util.find_spec("tensorboard") is not None:
+        from lightning.pytorch.loggers import TensorBoardLogger
+        out.append(TensorBoardLogger(directory, name="logs", default_hp_metric=False))
+    return out
+
+
+def checkpoints(directory: Path, cfg: TrainConfig, has_val: bool) -> list[ModelCheckpoint]:
+    """last.ckpt at every epoch end (and every N steps), best.ckpt at the best val/acc."""
+    last = dict(dirpath=directory, filename="last", save_top_k=1, enable_version_counter=False)
+    out = [ModelCheckpoint(**last)]
+    if cfg.trainer.checkpoint_every_n_steps > 0:
+        out.append(ModelCheckpoint(**last, every_n_train_steps=cfg.trainer.checkpoint_every_n_steps))
+    if has_val:
+        out.append(ModelCheckpoint(directory, filename="best", monitor="val/acc", mode="max",
+                                   save_top_k=1, enable_version_counter=False))
+    return out
+
+
+def datamodule(cfg: TrainConfig) -> KWSDataModule:
+    """The run's data, read and split (downloaded first where the config asks)."""
+    dm = KWSDataModule(cfg.data, sample_rate=cfg.model.get("sample_rate", SAMPLE_RATE))
+    if os.environ.get("LOCAL_RANK", "0") == "0":          # downloads once per machine: the
+        dm.prepare_data()                                 # launcher starts other ranks later
+    dm.setup("fit")
+    return dm
+
+
+def trainer_for(cfg: TrainConfig, has_val: bool, callbacks: list) -> L.Trainer:
+    t, directory = cfg.trainer, run_dir(cfg)
+    callbacks = checkpoints(directory / "checkpoints", cfg, has_val) + list(callbacks)
+    if t.progress_bar:
+        callbacks.append(TQDMProgressBar(refresh_rate=1))
+    return L.Trainer(max_epochs=t.max_epochs, max_steps=t.max_steps, accelerator=t.accelerator,
+                     devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+                     precision=precision(cfg), default_root_dir=directory,
+                     logger=loggers(directory), callbacks=callbacks,
+                     log_every_n_steps=t.log_every_n_steps, enable_progress_bar=t.progress_bar,
+                     limit_train_batches=t.limit_train_batches,
+                     limit_val_batches=t.limit_val_batches, num_sanity_val_steps=0,
+                     enable_model_summary=False)
+
+
+def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KWSModule, KWSDataModule]:
+    """The trainer, module and (set-up) data module of a run; nothing trained yet. `callbacks`
+    join the checkpoint and progress-bar callbacks."""
+    dm = datamodule(cfg)
+    model = {**cfg.model, "labels": list(task_labels(cfg.data.task))}
+    data = dm.described + [{"skipped_corrupt": len(dm.skipped)}]
+    module = KWSModule(model, vars(cfg.optim), vars(cfg.augment), cfg.data.task,
+                       cfg.trainer.seed, data, cfg.to_dict())
+    module.noise = None if dm.noise is None else torch.from_numpy(dm.noise)
+    return trainer_for(cfg, len(dm.sets["validation"]) > 0, list(callbacks)), module, dm
+
+
+def resume_path(cfg: TrainConfig) -> Path:
+    path = run_dir(cfg) / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        raise ConfigError(f"nothing to resume: {path} does not exist (train without --resume first)")
+    return path
+
+
+def train(cfg: TrainConfig, resume: bool = False, callbacks: list | tuple = ()) -> KWSModule:
+    if cfg.trainer.threads > 0:
+        torch.set_num_threads(cfg.trainer.threads)
+    # augmentation lives in the module's on_after_batch_transfer on purpose (it runs on the device)
+    warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer`")
+    L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
+    ckpt = resume_path(cfg) if resume else None
+    trainer, module, dm = build(cfg, callbacks)
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt, weights_only=True)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args, overrides = parse_args(argv)
+        train(load_config(args.config, overrides), resume=args.resume)
+    except (ConfigError, ClipError) as e:
+        print(f"rotkws train: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The LightningModule: loss, metrics, optimiser and schedule around a RotRNNClassifier (`net`).
+
+The network knows nothing of training; this module knows nothing of files (the DataModule does).
+"""
+import math
+import time
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics.classification import MulticlassAccuracy
+
+from model import RotRNNClassifier, RotRNNConfig
+from model.network import CHECKPOINT_KEY
+
+from .augment import AugmentConfig, augment
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 0.008                  # AdamW, every weight but the recurrent ones
+    weight_decay: float = 0.04
+    recurrent_lr: float = 0.001        # Adam (no weight decay) for B, C, D, γ, θ
+    warmup_epochs: float = 1.0         # linear warm-up, then cosine decay to 0, per step
+    label_smoothing: float = 0.0
+
+
+def warmup_cosine(step: int, warmup: int, total: int) -> float:
+    """Learning-rate factor: linear from 0 to 1 over `warmup` steps, then cosine down to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class KWSModule(L.LightningModule):
+    """Arguments are plain dicts (the config sections), so `hyper_parameters` stays plain and a
+    checkpoint loads with `torch.load(weights_only=True)`."""
+
+    def __init__(self, model: dict, optim: dict, augment: dict | None = None, task: str = "kws12",
+                 seed: int = 0, data: list | None = None, train_config: dict | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = RotRNNClassifier(RotRNNConfig(**model))
+        self.optim = OptimConfig(**optim)
+        self.aug = AugmentConfig(**(augment or {}))
+        self.task, self.seed, self.data = task, seed, data or []
+        self.noise: Tensor | None = None               # flat background noise, set by the trainer
+        self._epoch_started: float | None = None       # None in an epoch resumed mid-way
+        n = self.net.cfg.n_classes
+        self.acc = torch.nn.ModuleDict({s: MulticlassAccuracy(n, average="micro")
+                                        for s in ("train_", "val_", "test_")})
+        self.net.track_state_norms()
+
+    # -- one step for every stage ------------------------------------------------------------
+    def forward(self, audio: Tensor) -> Tensor:
+        """audio: (B, samples) float32 @ 16 kHz → logits (B, n_classes)."""
+        return self.net(audio)[0]
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        audio, labels = batch
+        if self.training and self.trainer is not None and self.trainer.training:
+            audio = self._augment(audio)
+        return audio, labels
+
+    def _augment(self, audio: Tensor) -> Tensor:
+        g = torch.Generator(device=audio.device)
+        g.manual_seed(self.seed * 1_000_003 + self.global_step * 7919 + self.global_rank)
+        if self.noise is not None and self.noise.device != audio.device:
+            self.noise = self.noise.to(audio.device)
+        cfg = self.net.cfg
+        return augment(audio, self.noise, self.aug, cfg.frontend_stride, cfg.sample_rate, g)
+
+    def model_step(self, batch, stage: str) -> Tensor:
+        audio, labels = batch                                   # (B, S), (B,)
+        logits = self(audio)                                    # (B, n_classes)
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.optim.label_smoothing)
+        acc = self.acc[stage + "_"]
+        acc(logits, labels)
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True,
+                 batch_size=len(labels), sync_dist=not on_step)
+        self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=True)
+        for i, norm in enumerate(self.net.state_norms()):
+            self.log(f"{stage}/state_norm_{i}", norm, on_step=False, on_epoch=True,
+                     batch_size=len(labels), sync_dist=True)
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        loss = self.model_step(batch, "train")
+        for i, group in enumerate(self.optimizers().param_groups):
+            self.log(f"lr/group{i}", group["lr"], on_step=False, on_epoch=True, batch_size=1)
+        return loss
+
+    def on_train_epoch_start(self):
+        self._epoch_started = time.monotonic()
+
+    def on_train_epoch_end(self):
+        if self._epoch_started is not None:
+            self.log("train/epoch_seconds", time.monotonic() - self._epoch_started, batch_size=1)
+
+    def validation_step(self, batch, batch_idx):
+        return self.model_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        return self.model_step(batch, "test")
+
+    # -- optimiser ---------------------------------------------------------------------------
+    def configure_optimizers(self):
+        """AdamW for most weights; the recurrent group (from `net.recurrent_parameters()`, never
+        from names) at its own lr with no weight decay, which makes AdamW exactly Adam there."""
+        recurrent = self.net.recurrent_parameters()
+        ids = {id(p) for p in recurrent}
+        rest = [p for p in self.net.parameters() if id(p) not in ids]
+        o = self.optim
+        opt = torch.optim.AdamW([{"params": rest, "lr": o.lr, "weight_decay": o.weight_decay},
+                                 {"params": recurrent, "lr": o.recurrent_lr, "weight_decay": 0.0}])
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
+        warmup = max(1, int(round(o.warmup_epochs * total / epochs)))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # -- checkpoint contract (model/network.py: checkpoint_payload) ---------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()
+                   if isinstance(v, Tensor) and v.numel() == 1}
+        checkpoint[CHECKPOINT_KEY] = {"config": self.net.cfg.to_dict(), "task": self.task,
+                                      "labels": list(self.net.cfg.labels), "data": self.data,
+                                      "metrics": metrics, "train_config": self.hparams.train_config}

@@ -1,0 +1,17 @@
+"""The label lists, named once: the class count of every model derives from them."""
+from app.clips import SILENCE, UNKNOWN
+
+KWS_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+KWS12_LABELS = KWS_WORDS + (UNKNOWN, SILENCE)    # the keyword-spotting protocol (12 classes)
+SC35_LABELS = (                                  # every Speech Commands v0.02 word (the paper)
+    "backward", "bed", "bird", "cat", "dog", "down", "eight", "five", "follow", "forward",
+    "four", "go", "happy", "house", "learn", "left", "marvin", "nine", "no", "off", "on", "one",
+    "right", "seven", "sheila", "six", "stop", "three", "tree", "two", "up", "visual", "wow",
+    "yes", "zero")
+TASKS = {"kws12": KWS12_LABELS, "sc35": SC35_LABELS}
+
+
+def task_labels(task: str) -> tuple[str, ...]:
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}: expected one of {sorted(TASKS)}")
+    return TASKS[task]
