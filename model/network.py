@@ -38,13 +38,20 @@ class RotRNNConfig:
     frontend_stride: int = 1                  # samples per RotRNN step
     frontend_kernel: int = 1                  # samples each step sees (≥ stride)
     frontend_filters: int = 40                # filterbank channels ("filterbank" only)
-    frontend_norm: bool = False               # LayerNorm over each frame's log powers ("filterbank"):
-                                              # removes the large constant offset that swamps them
-                                              # (measured: 64 clips, 40 steps → loss 0.04, not 2.2)
+    frontend_norm: str = "none"               # normalising the log powers ("filterbank"): "frame" a
+                                              # LayerNorm over each frame's bands; "batch" a
+                                              # BatchNorm per band (a fixed affine when streaming,
+                                              # keeps the energy envelope). Without one, the large
+                                              # constant offset swamps them (64 clips, 40 steps:
+                                              # loss 2.2 without, 0.04 with "frame")
     pool_seconds: float = 0.5                 # time constant of the causal EMA pooling
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
+        if isinstance(self.frontend_norm, bool):                     # configs written before "batch"
+            self.frontend_norm = "frame" if self.frontend_norm else "none"
+        if self.frontend_norm not in ("none", "frame", "batch"):
+            raise ValueError(f"frontend_norm must be none, frame or batch, got {self.frontend_norm!r}")
         if self.frontend not in ("linear", "conv", "filterbank"):
             raise ValueError(f"frontend must be linear, conv or filterbank, got {self.frontend!r}")
         if self.frontend == "linear" and (self.frontend_stride, self.frontend_kernel) != (1, 1):
@@ -88,6 +95,14 @@ def gabor_filterbank(filters: int, kernel: int, sample_rate: int) -> Tensor:
     return (w / w.norm(dim=1, keepdim=True)).unsqueeze(1)
 
 
+class BandNorm(nn.BatchNorm1d):
+    """BatchNorm over (B, T, bands) features, per band: batch statistics while training, a fixed
+    affine (running statistics) in eval, so streaming stays exact."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
 class Frontend(nn.Module):
     """Raw samples → (B, T, d_model) with T = samples / stride; keeps `kernel − stride` samples."""
 
@@ -99,7 +114,8 @@ class Frontend(nn.Module):
             self.conv = nn.Conv1d(1, 2 * cfg.frontend_filters, self.kernel, self.stride, bias=False)
             self.conv.weight.data.copy_(gabor_filterbank(cfg.frontend_filters, self.kernel, cfg.sample_rate))
             self.proj = nn.Linear(cfg.frontend_filters, cfg.d_model)
-            self.norm = nn.LayerNorm(cfg.frontend_filters) if cfg.frontend_norm else nn.Identity()
+            self.norm = {"none": nn.Identity, "frame": nn.LayerNorm,
+                         "batch": BandNorm}[cfg.frontend_norm](cfg.frontend_filters)
         else:
             self.conv = nn.Conv1d(1, cfg.d_model, self.kernel, self.stride)
 

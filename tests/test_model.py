@@ -132,7 +132,7 @@ def test_bidirectional_runs_and_differs_from_causal():
 STREAM_CONFIGS = {
     "linear": dict(frontend="linear", chunk=64),
     "filterbank": dict(frontend="filterbank", frontend_stride=160, frontend_kernel=400,
-                       frontend_filters=16, chunk=16),
+                       frontend_filters=16, frontend_norm="batch", chunk=16),
     "conv": dict(frontend="conv", frontend_stride=4, frontend_kernel=8, chunk=32),
 }
 
