@@ -19,10 +19,15 @@ $(VENV)/.all: pyproject.toml
 	$(BIN)/pip install -q -e ".[app,train,dev]"
 	touch $(VENV)/.app $@
 
+# The JavaScript runtime's tests (app/web/, tests/web/): onnxruntime-node/-web as package-lock.json pins them.
+node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm not found: the JavaScript tests will skip"; exit 0; }; \
+	npm ci --no-audit --no-fund
+
 demo: $(VENV)/.app
 	$(BIN)/rotkws demo
 
-test: $(VENV)/.all
+test: $(VENV)/.all node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q -ra
 
 clean-venv:

@@ -1,0 +1,90 @@
+"""`rotkws detect [--model M] [--scores] AUDIO...`: the keyword spotter over audio files.
+
+Each file is read from disk in blocks and fed to the spotter as a stream, the path live audio
+takes, so an hour-long file needs no more memory than a second of it. One JSON line per
+detection on stdout (`file`, `keyword`, `time_s`, `score`); with `--scores`, the score track as
+CSV instead (`file,time_s,<one column per label>`). A file that cannot be read is reported on
+stderr and the next one goes on; the exit status is then 1.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+import soundfile as sf
+
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+
+BLOCK_SECONDS = 1.0   # read files in blocks of this length
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rotkws detect", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("audio", nargs="+", help="audio files (WAV/FLAC/OGG, any rate, channels, bit depth)")
+    p.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
+    p.add_argument("--scores", action="store_true", help="print the score track as CSV instead")
+    p.add_argument("--threshold", type=float, help="smoothed probability that fires (default: the model's)")
+    p.add_argument("--smoothing", type=int, help="moving-average window in hops")
+    p.add_argument("--min-hops", type=int, help="consecutive hops above the threshold to fire")
+    p.add_argument("--refractory", type=float, help="seconds without detections after one")
+    return p.parse_args(argv)
+
+
+def stream_file(spotter: KeywordSpotter, path: Path):
+    """Yield the spotter's result for each block of the file, then for its end."""
+    if not path.is_file():
+        raise ValueError("no such file")
+    try:
+        f = sf.SoundFile(str(path))
+    except (sf.LibsndfileError, RuntimeError) as e:
+        raise ValueError(f"not an audio file soundfile can read (expected WAV/FLAC/OGG): {e}") from None
+    spotter.reset()
+    with f:
+        block = max(1, int(BLOCK_SECONDS * f.samplerate))
+        for data in f.blocks(blocksize=block, dtype="float32", always_2d=True):
+            yield spotter.process(data, f.samplerate)
+    yield spotter.flush()
+
+
+def emit(writer, path: Path, result, scores: bool) -> None:
+    if scores:
+        for t, row in zip(result.times, result.scores):
+            writer.writerow([str(path), f"{t:.3f}"] + [f"{v:.6f}" for v in row])
+        return
+    for d in result.detections:
+        print(json.dumps({"file": str(path), "keyword": d.keyword, "time_s": round(d.time_s, 3),
+                          "score": round(d.score, 4)}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        spotter = KeywordSpotter(KeywordModel(args.model), threshold=args.threshold,
+                                 smoothing=args.smoothing, min_hops=args.min_hops,
+                                 refractory_s=args.refractory)
+    except ValueError as e:                     # ModelError, or a detection setting out of range
+        print(f"rotkws detect: {e}", file=sys.stderr)
+        return 2
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    if args.scores:
+        writer.writerow(["file", "time_s", *spotter.model.labels])
+    failed = 0
+    for name in args.audio:
+        path = Path(name)
+        try:
+            for result in stream_file(spotter, path):
+                emit(writer, path, result, args.scores)
+        except ValueError as e:
+            print(f"rotkws detect: {path}: {e}", file=sys.stderr)
+            failed += 1
+        except BrokenPipeError:                 # `rotkws detect … | head`: the reader has had enough
+            sys.stdout = open(os.devnull, "w")
+            return 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""`rotkws export CHECKPOINT -o model.onnx [--int8] [--data DIR] [--max-samples N]`.
+
+Loads a checkpoint written by `rotkws train`, writes one streaming ONNX file with its metadata,
+verifies it against PyTorch (random audio, real clips from --data, one call vs uneven pieces)
+and fails if they differ by more than 1e-4. With --data the file's clip accuracy there is
+measured and written into its metadata; --int8 also writes `<name>.int8.onnx` beside it and
+reports the accuracy change on the --data clips.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from model import classifier_from_checkpoint
+from model.network import CHECKPOINT_KEY
+
+from .onnx import MAX_SAMPLES, ExportError, export_onnx, set_metadata
+from .verify import VerificationError
+
+VERIFY_CLIPS = 24   # real clips from --data that the verification also runs
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rotkws export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a .ckpt written by rotkws train")
+    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    p.add_argument("--int8", action="store_true", help="also write a dynamically quantised int8 file")
+    p.add_argument("--data", help="folder in the Speech Commands layout: verification clips and accuracy")
+    p.add_argument("--max-samples", type=int, default=MAX_SAMPLES,
+                   help=f"longest single call the graph accepts (default {MAX_SAMPLES} = 1 s)")
+    return p.parse_args(argv)
+
+
+def load_checkpoint(path: Path):
+    """(network in eval mode, the checkpoint's rotkws entry)."""
+    if not path.is_file():
+        raise ValueError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:   # a file that is not a checkpoint raises many kinds of errors
+        raise ValueError(f"{path}: not a readable checkpoint: {e}") from None
+    return classifier_from_checkpoint(ckpt).eval(), ckpt[CHECKPOINT_KEY]
+
+
+def provenance(entry: dict) -> dict:
+    """What the checkpoint says about its training, for the ONNX metadata."""
+    metrics = entry.get("metrics", {})
+    meta = {"training_data": entry.get("data", "unknown"), "task": entry.get("task", "unknown"),
+            "accuracy": {"checkpoint": {k: v for k, v in metrics.items() if k.endswith("/acc")}}}
+    if "detection" in entry:
+        meta["detection"] = entry["detection"]
+    return meta
+
+
+def real_clips(data: Path | None, labels) -> list[np.ndarray]:
+    if data is None:
+        return []
+    from app.clips import list_clips, read_audio
+    clips = list_clips(data, labels)
+    step = max(1, len(clips) // VERIFY_CLIPS)                    # spread over the classes
+    return [read_audio(c.path)[0] for c in clips[::step][:VERIFY_CLIPS]]
+
+
+def onnx_accuracy(path: Path, data: Path) -> dict:
+    from app.evaluate import evaluate
+    from app.spotter import KeywordModel
+    r = evaluate(KeywordModel(path), data)
+    return {"data": str(data), "clips": "every clip in the folder", "n": r["n"], "accuracy": r["accuracy"]}
+
+
+def write_accuracy(path: Path, accuracy: dict) -> None:
+    proto = onnx.load(path)
+    set_metadata(proto, {"accuracy": json.dumps(accuracy)})
+    onnx.save(proto, path)
+
+
+def describe_export(path: Path) -> str:
+    props = {p.key: p.value for p in onnx.load(path).metadata_props}
+    info = json.loads(props["export"])
+    diffs = ", ".join(f"{k} {v:.1e}" for k, v in info["verified_max_abs_diff"].items()
+                      if isinstance(v, float))
+    return (f"wrote {path} ({info['nodes']} nodes) in {info['seconds']:.1f} s; verified against "
+            f"PyTorch, max |Δ score|: {diffs} (tolerance {info['tolerance']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    out, data = Path(args.output), (Path(args.data) if args.data else None)
+    try:
+        net, entry = load_checkpoint(Path(args.checkpoint))
+        meta = provenance(entry)
+        export_onnx(net, out, max_samples=args.max_samples, meta=meta,
+                    clips=real_clips(data, net.cfg.labels))
+    except (ValueError, ExportError, VerificationError) as e:
+        print(f"rotkws export: {e}", file=sys.stderr)
+        return 1
+    print(describe_export(out))
+    if data is not None:
+        meta["accuracy"]["onnx"] = onnx_accuracy(out, data)
+        write_accuracy(out, meta["accuracy"])
+        print(f"accuracy on {data}: {meta['accuracy']['onnx']['accuracy']:.4f} "
+              f"({meta['accuracy']['onnx']['n']} clips)")
+    if args.int8:
+        from .quantize import quantize_int8
+        q = quantize_int8(out, out.with_name(out.stem + ".int8.onnx"))
+        line = f"wrote {q}"
+        if data is not None:
+            acc8 = onnx_accuracy(q, data)["accuracy"]
+            float_acc = meta["accuracy"]["onnx"]["accuracy"]
+            line += f"; accuracy {acc8:.4f} vs float {float_acc:.4f} ({acc8 - float_acc:+.4f})"
+            write_accuracy(q, meta["accuracy"] | {"onnx_int8": {"data": str(data), "accuracy": acc8}})
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Dynamic int8 quantisation of an exported file (onnxruntime.quantization).
+
+Only the dense layers' 2-D weights become int8 (MatMul, Gemm). The scan's constant kernels
+(3-D: one λ^k matrix per channel) stay float32: their entries span decades (λ^k for slow
+decays), which 8 bits per tensor cannot hold. The front-end Conv stays float32 too.
+"""
+from pathlib import Path
+
+import onnx
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+QUANTIZED_OPS = ("MatMul", "Gemm")
+
+
+def scan_kernel_nodes(proto: onnx.ModelProto) -> list[str]:
+    """MatMul nodes whose constant operand is not a 2-D weight (the scan's kernels)."""
+    shapes = {init.name: len(init.dims) for init in proto.graph.initializer}
+    return [n.name for n in proto.graph.node
+            if n.op_type == "MatMul" and not any(shapes.get(i) == 2 for i in n.input)]
+
+
+def quantize_int8(src, dst) -> Path:
+    """Write the int8 version of the rotkws file `src` to `dst`; the metadata is kept."""
+    src, dst = Path(src), Path(dst)
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=list(QUANTIZED_OPS),
+                     nodes_to_exclude=scan_kernel_nodes(onnx.load(src)))
+    return dst
