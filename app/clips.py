@@ -93,3 +93,15 @@ def list_clips(root, labels) -> list[Clip]:
         raise ClipError(f"no clips in {root} for labels {list(labels)}: expected subfolders "
                         f"named after words (yes/, no/, {UNKNOWN}/, {SILENCE}/ …) holding audio files")
     return clips
+
+
+def fit_length(x: np.ndarray, n: int) -> np.ndarray:
+    """Pad a short clip with zeros on both sides; crop a long one to its loudest n samples."""
+    if len(x) < n:
+        left = (n - len(x)) // 2
+        return np.pad(x, (left, n - len(x) - left))
+    if len(x) > n:
+        energy = np.concatenate([[0.0], np.cumsum(x.astype(np.float64) ** 2)])
+        start = int(np.argmax(energy[n:] - energy[:-n]))
+        return x[start:start + n]
+    return x

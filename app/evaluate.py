@@ -1,6 +1,6 @@
-"""`rotkws eval --model M --data DIR [--json]`: clip accuracy of an ONNX model, no torch.
+"""`rotkws eval --model M --data DIR [--split S] [--json]`: clip accuracy of an ONNX model, no torch.
 
-Every clip of a folder in the Speech Commands layout (app/clips.py: words that are not labels
+Every clip of a folder (or of one split of it: app/splits.py) in the Speech Commands layout (app/clips.py: words that are not labels
 count as `_unknown_`), each fitted to one second as training's eval fits it (zeros on both
 sides of a short clip, the loudest second of a long one), scored in one call from silence. The
 JSON has training's eval keys: `accuracy`, `per_class`, `n` (and `support`, `confusion`).
@@ -14,22 +14,12 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from app.clips import ClipError, list_clips, read_audio
+from app.clips import ClipError, fit_length, read_audio
+from app.splits import SPLITS, folder_splits
 from app.spotter import DEFAULT_MODEL, KeywordModel
 
 CLIP_SECONDS = 1.0    # Speech Commands clips; what the models are trained on
 BATCH = 64            # clips per onnxruntime call
-
-
-def fit_length(x: np.ndarray, n: int) -> np.ndarray:
-    """Pad a short clip with zeros on both sides; crop a long one to its loudest n samples
-    (the same fitting as training/data.py, so both evals score the same audio)."""
-    if len(x) < n:
-        left = (n - len(x)) // 2
-        return np.pad(x, (left, n - len(x) - left))
-    energy = np.concatenate([[0.0], np.cumsum(x.astype(np.float64) ** 2)])
-    start = int(np.argmax(energy[n:] - energy[:-n]))
-    return x[start:start + n]
 
 
 def load_clips(clips, sample_rate: int) -> tuple[list, np.ndarray]:
@@ -61,21 +51,22 @@ def summarise(labels, truth: np.ndarray, pred: np.ndarray) -> dict:
             "confusion": confusion.tolist()}
 
 
-def evaluate(model: KeywordModel, data: Path) -> dict:
+def evaluate(model: KeywordModel, data: Path, split: str = "all") -> dict:
     labels = list(model.labels)
-    listed = list_clips(data, labels)
+    splits = folder_splits(data, labels)
+    listed = [c for s in SPLITS if split in ("all", s) for c in splits[s]]
     clips, audio = load_clips(listed, model.sample_rate)
     if not clips:
         raise ClipError(f"no readable clips in {data}")
     scores = np.concatenate([model.clip_scores(audio[i:i + BATCH]) for i in range(0, len(audio), BATCH)])
     truth = np.array([labels.index(c.label) for c in clips])
     return summarise(labels, truth, scores.argmax(1)) | {
-        "data": str(data), "model": str(model.path), "labels": labels,
+        "data": str(data), "split": split, "model": str(model.path), "labels": labels,
         "skipped_corrupt": len(listed) - len(clips)}
 
 
 def print_table(result: dict) -> None:
-    print(f"accuracy {result['accuracy']:.4f} on {result['n']} clips of {result['data']} "
+    print(f"accuracy {result['accuracy']:.4f} on {result['n']} clips of {result['data']} ({result['split']}) "
           f"({result['skipped_corrupt']} corrupt skipped)")
     for lab in result["labels"]:
         acc = result["per_class"][lab]
@@ -87,6 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
     p.add_argument("--data", required=True, help="folder in the Speech Commands layout")
+    p.add_argument("--split", choices=("all",) + SPLITS, default="all",
+                   help="only this split: the folder's lists, else the speaker hash of app/splits.py")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p.parse_args(argv)
 
@@ -94,7 +87,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        result = evaluate(KeywordModel(args.model), Path(args.data))
+        result = evaluate(KeywordModel(args.model), Path(args.data), args.split)
     except ValueError as e:                     # ModelError, ClipError
         print(f"rotkws eval: {e}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from benchmarks.report import write_section
 from training.paths import default_data_root
-from training.splits import speaker_split
+from app.splits import speaker_split
 
 GAP_S = (1.0, 4.0)            # silence between clips, uniform
 SNRS_DB = (20.0, 10.0, 5.0)   # speech-to-noise ratios, in turn
@@ -60,18 +60,19 @@ def noise_bed(data: Path, samples: int, rng) -> np.ndarray:
 
 
 def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000):
-    order, events, pieces, t = [], [], [], 0
+    order, gaps, events, t = [], [], [], 0
     while t < minutes * 60 * rate:
         for i in rng.permutation(len(clips)):
             order.append(i)
-            t += int(rng.uniform(*GAP_S) * rate) + len(clips[i][0])
+            gaps.append(int(rng.uniform(*GAP_S) * rate))
+            t += gaps[-1] + len(clips[i][0])
             if t >= minutes * 60 * rate:
                 break
     bed = noise_bed(data, t + rate, rng)
     stream, pos = np.zeros(t + rate, np.float32), 0
-    for k, i in enumerate(order):
+    for k, (i, gap) in enumerate(zip(order, gaps)):
         audio, label = clips[i]
-        pos += int(rng.uniform(*GAP_S) * rate)
+        pos += gap
         speech_rms = np.sqrt(np.mean(audio ** 2)) + 1e-9
         stream[pos:pos + len(audio)] += audio
         noise_rms = speech_rms / 10 ** (SNRS_DB[k % len(SNRS_DB)] / 20)

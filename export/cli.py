@@ -1,9 +1,9 @@
-"""`rotkws export CHECKPOINT -o model.onnx [--int8] [--data DIR] [--max-samples N]`.
+"""`rotkws export CHECKPOINT -o model.onnx [--int8] [--data DIR [--split S]] [--max-samples N]`.
 
 Loads a checkpoint written by `rotkws train`, writes one streaming ONNX file with its metadata,
 verifies it against PyTorch (random audio, real clips from --data, one call vs uneven pieces)
-and fails if they differ by more than 1e-4. With --data the file's clip accuracy there is
-measured and written into its metadata; --int8 also writes `<name>.int8.onnx` beside it and
+and fails if they differ by more than 1e-4. With --data the file's clip accuracy there (on
+--split of it: the held-out speakers are `testing`) is measured and written into its metadata; --int8 also writes `<name>.int8.onnx` beside it and
 reports the accuracy change on the --data clips.
 """
 import argparse
@@ -31,6 +31,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     p.add_argument("--int8", action="store_true", help="also write a dynamically quantised int8 file")
     p.add_argument("--data", help="folder in the Speech Commands layout: verification clips and accuracy")
+    p.add_argument("--split", choices=("all", "training", "validation", "testing"), default="all",
+                   help="which split of --data the accuracy is measured on (app/splits.py)")
     p.add_argument("--max-samples", type=int, default=MAX_SAMPLES,
                    help=f"longest single call the graph accepts (default {MAX_SAMPLES} = 1 s)")
     return p.parse_args(argv)
@@ -66,11 +68,13 @@ def real_clips(data: Path | None, labels) -> list[np.ndarray]:
     return [read_audio(c.path)[0] for c in clips[::step][:VERIFY_CLIPS]]
 
 
-def onnx_accuracy(path: Path, data: Path) -> dict:
+def onnx_accuracy(path: Path, data: Path, split: str) -> dict:
     from app.evaluate import evaluate
     from app.spotter import KeywordModel
-    r = evaluate(KeywordModel(path), data)
-    return {"data": str(data), "clips": "every clip in the folder", "n": r["n"], "accuracy": r["accuracy"]}
+    r = evaluate(KeywordModel(path), data, split)
+    clips = "every clip in the folder" if split == "all" else f"the {split} split (app/splits.py)"
+    return {"data": str(data), "clips": clips, "n": r["n"], "accuracy": r["accuracy"],
+            "per_class": r["per_class"]}
 
 
 def write_accuracy(path: Path, accuracy: dict) -> None:
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(describe_export(out))
     if data is not None:
-        meta["accuracy"]["onnx"] = onnx_accuracy(out, data)
+        meta["accuracy"]["onnx"] = onnx_accuracy(out, data, args.split)
         write_accuracy(out, meta["accuracy"])
         print(f"accuracy on {data}: {meta['accuracy']['onnx']['accuracy']:.4f} "
               f"({meta['accuracy']['onnx']['n']} clips)")
@@ -110,10 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         q = quantize_int8(out, out.with_name(out.stem + ".int8.onnx"))
         line = f"wrote {q}"
         if data is not None:
-            acc8 = onnx_accuracy(q, data)["accuracy"]
+            acc8 = onnx_accuracy(q, data, args.split)["accuracy"]
             float_acc = meta["accuracy"]["onnx"]["accuracy"]
             line += f"; accuracy {acc8:.4f} vs float {float_acc:.4f} ({acc8 - float_acc:+.4f})"
-            write_accuracy(q, meta["accuracy"] | {"onnx_int8": {"data": str(data), "accuracy": acc8}})
+            write_accuracy(q, meta["accuracy"] | {"onnx_int8": {"data": str(data), "split": args.split,
+                                                                "accuracy": acc8}})
         print(line)
     return 0
 

@@ -6,7 +6,7 @@ samples, every layer's RotRNN state, the pooled features), so one call on a clip
 calls on its pieces with the state carried.
 """
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,8 @@ class RotRNNConfig:
                                               # constant offset swamps them (64 clips, 40 steps:
                                               # loss 2.2 without, 0.04 with "frame")
     pool_seconds: float = 0.5                 # time constant of the causal EMA pooling
+    mask_bands: int = 0                       # training only ("filterbank"): SpecAugment-style,
+    mask_frames: int = 0                      # zero 2 random spans of ≤ this many bands / frames
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
@@ -95,6 +97,21 @@ def gabor_filterbank(filters: int, kernel: int, sample_rate: int) -> Tensor:
     return (w / w.norm(dim=1, keepdim=True)).unsqueeze(1)
 
 
+def spec_mask(x: Tensor, width: int, dim: int, spans: int = 2) -> Tensor:
+    """Zero `spans` random spans of up to `width` positions along `dim` (1: time, 2: bands) of
+    (B, T, F) features, independently per example (SpecAugment's masks)."""
+    if width <= 0:
+        return x
+    B, size = x.shape[0], x.shape[dim]
+    pos = torch.arange(size, device=x.device)
+    keep = torch.ones(B, size, dtype=torch.bool, device=x.device)
+    for _ in range(spans):
+        w = torch.randint(0, width + 1, (B, 1), device=x.device)
+        start = (torch.rand(B, 1, device=x.device) * (size - w + 1).clamp(min=1)).long()
+        keep &= ~((pos >= start) & (pos < start + w))
+    return x * (keep.unsqueeze(2) if dim == 1 else keep.unsqueeze(1)).to(x.dtype)
+
+
 class BandNorm(nn.BatchNorm1d):
     """BatchNorm over (B, T, bands) features, per band: batch statistics while training, a fixed
     affine (running statistics) in eval, so streaming stays exact."""
@@ -110,6 +127,7 @@ class Frontend(nn.Module):
         super().__init__()
         self.kind, self.stride, self.kernel = cfg.frontend, cfg.frontend_stride, cfg.frontend_kernel
         self.tail = self.kernel - self.stride
+        self.mask_bands, self.mask_frames = cfg.mask_bands, cfg.mask_frames
         if self.kind == "filterbank":
             self.conv = nn.Conv1d(1, 2 * cfg.frontend_filters, self.kernel, self.stride, bias=False)
             self.conv.weight.data.copy_(gabor_filterbank(cfg.frontend_filters, self.kernel, cfg.sample_rate))
@@ -129,7 +147,10 @@ class Frontend(nn.Module):
         h = self.conv(x.unsqueeze(1))                                     # (B, channels, T)
         if self.kind == "filterbank":
             re, im = h.chunk(2, 1)
-            h = self.proj(self.norm(torch.log(re * re + im * im + 1e-6).transpose(1, 2)))
+            feats = self.norm(torch.log(re * re + im * im + 1e-6).transpose(1, 2))   # (B, T, F)
+            if self.training and (self.mask_bands or self.mask_frames):
+                feats = spec_mask(spec_mask(feats, self.mask_bands, 2), self.mask_frames, 1)
+            h = self.proj(feats)
         else:
             h = h.transpose(1, 2)
         return h, x[:, x.shape[1] - self.tail:]

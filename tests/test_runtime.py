@@ -283,6 +283,18 @@ def test_eval_reports_clip_accuracy_as_json(paths, capsys):
     assert main(["--model", str(paths["filterbank"]), "--data", str(CLIPS / "none")]) == 2
 
 
+def test_eval_scores_one_speaker_split_at_a_time(paths, capsys):
+    from app.evaluate import main
+    counts = {}
+    for split in ("training", "validation", "testing"):
+        rc = main(["--model", str(paths["filterbank"]), "--data", str(CLIPS), "--split", split, "--json"])
+        out, err = capsys.readouterr()
+        counts[split] = json.loads(out)["n"] if rc == 0 else 0
+        assert rc == 0 or "no readable clips" in err          # an empty split is said, not scored
+    assert sum(counts.values()) == 24
+    assert counts["testing"] >= 22            # every shipped word clip is a held-out speaker's
+
+
 # -- no torch in the runtime ----------------------------------------------------------------------
 BLOCKER = """
 import sys

@@ -12,15 +12,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from app.clips import AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, folder_label, list_clips, read_audio
+from app.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
+                       read_audio)
+from app.splits import SPLITS, folder_splits
 from model import SAMPLE_RATE
 
 from .paths import default_data_root
-from .splits import speaker_split
 from .tasks import task_labels
 
-SPLITS = ("training", "validation", "testing")
-SPLIT_LISTS = {"validation": "validation_list.txt", "testing": "testing_list.txt"}
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
 SC_VERSION = "speech_commands_v0.02"  # torchaudio's url for the full dataset
 
@@ -68,18 +67,6 @@ class DataConfig:
 
 
 # -- one clip ---------------------------------------------------------------------------------
-def fit_length(x: np.ndarray, n: int) -> np.ndarray:
-    """Pad a short clip with zeros on both sides; crop a long one to its loudest n samples."""
-    if len(x) < n:
-        left = (n - len(x)) // 2
-        return np.pad(x, (left, n - len(x) - left))
-    if len(x) > n:
-        energy = np.concatenate([[0.0], np.cumsum(x.astype(np.float64) ** 2)])
-        start = int(np.argmax(energy[n:] - energy[:-n]))
-        return x[start:start + n]
-    return x
-
-
 class SampleRateError(ClipError):
     """A clip at another rate than the model's: an error, never skipped (the whole folder is)."""
 
@@ -125,33 +112,6 @@ def read_noise(folder: Path, sample_rate: int) -> np.ndarray:
             raise ClipError(f"{path}: noise at {rate} Hz, expected {sample_rate} Hz")
         parts.append(x)
     return np.concatenate(parts).astype(np.float32)
-
-
-# -- which clips go where ---------------------------------------------------------------------
-def read_split_lists(folder: Path) -> dict[str, set[str]] | None:
-    """{'validation': {...}, 'testing': {...}} from the folder's lists, or None without lists."""
-    lists = {s: folder / f for s, f in SPLIT_LISTS.items()}
-    if not any(p.is_file() for p in lists.values()):
-        return None
-    return {s: set(p.read_text().split()) if p.is_file() else set() for s, p in lists.items()}
-
-
-def split_of(clip: Clip, lists: dict[str, set[str]] | None) -> str:
-    """Official lists when the folder has them; else the salted speaker hash."""
-    if lists is None:
-        return speaker_split(clip.speaker)
-    for split, names in lists.items():
-        if clip.name in names:
-            return split
-    return "training"
-
-
-def folder_splits(folder: Path, labels) -> dict[str, list[Clip]]:
-    lists = read_split_lists(folder)
-    out = {s: [] for s in SPLITS}
-    for clip in list_clips(folder, labels):
-        out[split_of(clip, lists)].append(clip)
-    return out
 
 
 def speech_commands_splits(root: Path, labels, download: bool = False) -> dict[str, list[Clip]]:

@@ -2,7 +2,7 @@
 
 Clip accuracy of a PyTorch checkpoint on a folder in the Speech Commands layout, read with the
 same conventions as training (app/clips.py: words that are not labels count as `_unknown_`; the
-folder's split lists, else the speaker split of training/splits.py). Prints accuracy, per-class
+folder's split lists, else the speaker split of app/splits.py). Prints accuracy, per-class
 accuracy and the confusion matrix, and saves the matrix as a PNG.
 """
 import argparse
