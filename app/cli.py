@@ -14,7 +14,6 @@ COMMANDS = {
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
     "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
     "demo": ("app.demo", "the Gradio microphone demo"),
-    "bench": ("app.bench", "measure accuracy, detection and cost into bench/report.md"),
 }
 
 

@@ -373,8 +373,6 @@ def test_demo_serves_the_page_at_web(demo_client):
         assert r.status_code == 200 and "javascript" in r.headers["content-type"], (name, r.headers)
 
 
-@pytest.mark.xfail(strict=True, reason="app/demo.py mounts app/web at /web but not app/models: the page's "
-                                       "../models/kws12.onnx is a 404 under `rotkws demo` (lead: mount it)")
 def test_demo_serves_the_model_where_the_page_looks(demo_client):
     r = demo_client.get("/models/kws12.onnx")   # /web/ + ../models/kws12.onnx
     assert r.status_code == 200 and r.content == default_model().read_bytes()

@@ -1,0 +1,191 @@
+"""`rotkws demo`: a Gradio page that listens to the microphone and shows what it hears.
+
+    rotkws demo [--model M] [--host 127.0.0.1] [--port 7860]
+
+The page streams the microphone to the server (`gr.Audio(streaming=True)`: browsers send
+48 kHz int16 in pieces of STREAM_EVERY_S); each piece goes through the visitor's own
+`DemoSession` (app/demo_session.py), which holds their spotter; one ONNX model is shared by all.
+A file upload runs the same path over a file. `app/web/`, where present, is served at /web.
+"""
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, DemoSession
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, ModelError
+
+HOST = "127.0.0.1"           # loopback unless told otherwise (--host 0.0.0.0 in the container)
+PORT = 7860
+MAX_FILE_BYTES = 20 * 2**20  # uploads above 20 MB are refused by the server (HTTP 413)
+THRESHOLD_RANGE = (0.05, 0.99)  # the threshold slider's span; it starts at the model's operating point
+STREAM_EVERY_S = 0.5         # the browser sends the microphone in pieces of this length
+MAX_LISTENERS = 64           # visitors streaming at once: a recording holds one slot until it stops
+STREAM_TIME_LIMIT_S = 1800   # a recording stops after 30 min, so a forgotten tab frees its slot
+FILE_WORKERS = 2             # files scored at once (each is a burst of CPU)
+SESSION_TTL_S = 3600         # a visitor's spotter is dropped after an hour without audio
+CACHE_SWEEP = (60, 300)      # every 60 s, delete uploads older than 300 s: each 0.5 s microphone
+                             # piece arrives as a file (~48 KB), ~350 MB per visitor-hour if kept
+WEB_DIR = Path(__file__).resolve().parent / "web"   # static files served at /web when present
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]   # one fixed colour per keyword, so a line keeps its colour
+CSS = "#detections textarea { font-family: ui-monospace, monospace; }"
+
+INTRO = """# rotkws: keyword spotting with RotRNN
+Press **Record**, allow the microphone and say one of: {keywords}.
+Scores update live; detections are logged below with the time they were heard."""
+
+
+# ─── handlers: (inputs…, session) → (scores, plot, log, latency, session) ───
+
+def views(session: DemoSession) -> tuple:
+    """What the page shows of a session, in the order of the handlers' outputs."""
+    plot = pd.DataFrame(session.plot_points())
+    return session.current_scores() or None, plot, session.log_text(), session.latency_text(), session
+
+
+def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_db: float) -> tuple:
+    """One microphone piece, `chunk` = (sample_rate, int16 (n,) or (n, ch)), as Gradio gives it."""
+    session = session or DemoSession(model, threshold)
+    session.configure(threshold, gain_db)
+    if chunk is not None and len(chunk[1]):
+        try:
+            session.feed(chunk[1], chunk[0])
+        except ValueError as e:                  # the runtime's word on audio it cannot take
+            warn(session, e)
+    return views(session)
+
+
+def on_file(model: KeywordModel, path, session, threshold: float | None, gain_db: float) -> tuple:
+    """An uploaded file through the streaming path; a file that is not audio → a warning."""
+    session = session or DemoSession(model, threshold)
+    session.configure(threshold, gain_db)
+    if path:
+        try:
+            session.feed_file(path)
+        except ValueError as e:
+            warn(session, e)
+    return views(session)
+
+
+def warn(session: DemoSession, error: Exception) -> None:
+    """A message on the page (a toast and the log); the server keeps serving."""
+    session.log.appendleft(f"!! {error}")
+    gr.Warning(str(error))
+
+
+def on_clear(model: KeywordModel, session, threshold: float | None, gain_db: float) -> tuple:
+    session = session or DemoSession(model, threshold)
+    session.clear()
+    session.log.clear()
+    session.timings.clear()
+    return views(session)
+
+
+def on_stop(session) -> None:
+    """Recording stopped: the next recording starts from a fresh state (the log stays)."""
+    if session is not None:
+        session.clear()
+
+
+# ─── the page ───
+
+def build_demo(model: KeywordModel | None = None) -> gr.Blocks:
+    """The page on `model` (default: the bundled DEFAULT_MODEL), shared by every visitor."""
+    model = model if model is not None else KeywordModel()
+    with gr.Blocks(title="rotkws demo", analytics_enabled=False, delete_cache=CACHE_SWEEP) as demo:
+        session = gr.State(None, time_to_live=SESSION_TTL_S)     # the visitor's DemoSession
+        ui = layout(model)
+        wire(model, session, ui)
+    return demo
+
+
+def layout(model: KeywordModel) -> SimpleNamespace:
+    """The components: controls on the left, what the spotter hears on the right."""
+    gr.Markdown(INTRO.format(keywords=", ".join(f"*{k}*" for k in model.keywords)))
+    ui = SimpleNamespace()
+    operating_point = float(np.clip(KeywordSpotter(model).threshold, *THRESHOLD_RANGE))
+    with gr.Row():
+        with gr.Column(scale=1, min_width=320):
+            ui.mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy",
+                              label="Microphone", elem_id="mic")
+            ui.upload = gr.Audio(sources=["upload"], type="filepath",
+                                 label="Or run an audio file through the same path", elem_id="upload")
+            ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=operating_point, step=0.01,
+                                     label="Threshold (keyword probability to detect)", elem_id="threshold")
+            ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
+                                label="Sensitivity (input gain, dB)", elem_id="sensitivity")
+            ui.clear = gr.Button("Clear", elem_id="clear")
+        with gr.Column(scale=2, min_width=420):
+            ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="scores")
+            colors = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.keywords)}
+            ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1], color_map=colors,
+                                  x_title="time since start (s)", y_title="probability",
+                                  label=f"Keyword scores, last {PLOT_WINDOW_S:g} s", elem_id="plot")
+            ui.log = gr.Textbox(label="Detections (newest first)", elem_id="detections",
+                                lines=8, max_lines=8, interactive=False)
+            ui.latency = gr.Markdown("Waiting for audio.", elem_id="latency")
+    return ui
+
+
+def wire(model: KeywordModel, session: gr.State, ui: SimpleNamespace) -> None:
+    """The events: every handler gets the shared model, the visitor's session and the controls."""
+    bind = lambda fn: lambda *args: fn(model, *args)   # noqa: E731
+    inputs = [session, ui.threshold, ui.gain]
+    outputs = [ui.scores, ui.plot, ui.log, ui.latency, session]
+    ui.mic.stream(bind(on_chunk), [ui.mic, *inputs], outputs, api_name="stream",
+                  stream_every=STREAM_EVERY_S, time_limit=STREAM_TIME_LIMIT_S,
+                  concurrency_limit=MAX_LISTENERS, show_progress="hidden")
+    ui.mic.stop_recording(on_stop, [session], None, api_visibility="private")
+    ui.upload.upload(bind(on_file), [ui.upload, *inputs], outputs, api_name="file",
+                     concurrency_limit=FILE_WORKERS)
+    ui.clear.click(bind(on_clear), inputs, outputs, api_name="clear")
+
+
+def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR):
+    """A FastAPI app serving `web_dir` at /web (when it exists), the bundled models beside it at
+    /models (where the page at /web/ looks: ../models/kws12.onnx) and the Gradio page at /."""
+    from fastapi import FastAPI
+    from fastapi.staticfiles import StaticFiles
+
+    app = FastAPI()
+    if web_dir.is_dir():
+        app.mount("/web", StaticFiles(directory=web_dir, html=True), name="web")
+        app.mount("/models", StaticFiles(directory=DEFAULT_MODEL.parent), name="models")
+    return gr.mount_gradio_app(app, demo.queue(), path="/", max_file_size=MAX_FILE_BYTES, css=CSS,
+                               footer_links=["api", "gradio"], ssr_mode=False)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rotkws demo", description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=None,
+                   help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name})")
+    p.add_argument("--host", default=HOST, help=f"address to bind (default {HOST}; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=PORT, help=f"port (default {PORT})")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.model is not None and not args.model.is_file():
+        print(f"rotkws demo: no model at {args.model}; expected a streaming .onnx file", file=sys.stderr)
+        return 2
+    try:
+        model = KeywordModel(args.model)
+    except ModelError as e:
+        print(f"rotkws demo: {e}", file=sys.stderr)
+        return 2
+    app = build_app(build_demo(model))
+    print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The demo page in a real browser: Debian's Chromium hears a real clip through its fake
+microphone, the page streams it to the server, and the detection log shows the keyword.
+
+Chromium plays `--use-file-for-fake-audio-capture` in a loop as the microphone. Without
+/usr/bin/chromium the tests skip with the reason; under CI (CI=true) they fail instead.
+"""
+import os
+import re
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from app.demo_client import DemoServer
+from app.spotter import KeywordModel
+from test_demo import BROWSER_RATE, KEYWORD_CLIPS, at_48k, require_default_model, stream
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")
+LABELS = {p.parent.name for p in KEYWORD_CLIPS} | {"_silence_", "_unknown_"}
+LEAD_S, TAIL_S = 1.0, 0.5     # silence before the word (and after, before Chromium loops it)
+DETECT_TIMEOUT_MS = 40_000    # first piece after ~3 s, then the word within two loops
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run",
+                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} not found: apt-get install -y chromium (.ci/run does)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; the browser tests must run under CI")
+        pytest.skip(reason)
+    pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra) is not installed")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def clip() -> Path:
+    """The real keyword clip the default model detects most surely through the page's handler:
+    the browser's audio processing (gain control, noise suppression) then changes it least."""
+    model = KeywordModel(require_default_model())
+    sure = {}
+    for path in KEYWORD_CLIPS:
+        found = stream(model, at_48k(path, LEAD_S, TAIL_S)).detections
+        if {d.keyword for d in found} == {path.parent.name}:
+            sure[path] = max(d.score for d in found)
+    if not sure:
+        pytest.fail("the default model detects none of the real keyword clips through the handler")
+    return max(sure, key=sure.get)
+
+
+@pytest.fixture(scope="module")
+def clip_48k(clip, tmp_path_factory) -> Path:
+    """The clip at 48 kHz 16-bit after LEAD_S of silence: what the fake microphone plays."""
+    path = tmp_path_factory.mktemp("mic") / f"{clip.parent.name}_48k.wav"
+    sf.write(path, at_48k(clip, LEAD_S, TAIL_S), BROWSER_RATE, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server() -> str:
+    with DemoServer(require_default_model()) as url:
+        yield url
+
+
+@pytest.fixture
+def page(chromium, clip_48k, server):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium),
+                                    args=CHROMIUM_ARGS + [f"--use-file-for-fake-audio-capture={clip_48k}"])
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 1000})
+            tab.goto(server)
+            tab.locator("#detections textarea").wait_for()
+            yield tab
+        finally:
+            browser.close()
+
+
+def detections(page) -> str:
+    return page.locator("#detections textarea").input_value()
+
+
+def logged_keywords(log: str) -> list[str]:
+    return re.findall(r"t=\s*[\d.]+ s\s+(\S+)", log)
+
+
+def wait_for_log(page, text: str) -> str:
+    page.wait_for_function("([sel, text]) => document.querySelector(sel).value.includes(text)",
+                           arg=["#detections textarea", text], timeout=DETECT_TIMEOUT_MS)
+    return detections(page)
+
+
+def test_microphone_stream_detects_the_spoken_keyword(page, clip):
+    keyword = clip.parent.name
+    page.locator("#mic").get_by_role("button", name="Record").click()
+    log = wait_for_log(page, f"s  {keyword}")
+    first = logged_keywords(log)[-1]                       # the log is newest first
+    assert first == keyword, f"the page logged {log!r}; expected {keyword!r} first"
+    latency = page.locator("#latency").inner_text()
+    assert "kHz" in latency and "real time" in latency, latency
+    scores = page.locator("#scores").inner_text()
+    assert "%" in scores and any(k in scores for k in LABELS), f"no live class scores: {scores!r}"
+    assert page.locator("#plot svg").count(), "the score plot did not draw"
+    page.locator("#mic").get_by_role("button", name="Stop").click()
+
+
+def test_uploaded_file_goes_through_the_same_path(page, clip, clip_48k):
+    page.locator("#upload input[type=file]").set_input_files(str(clip_48k))
+    log = wait_for_log(page, f"{clip_48k.name}:")
+    log = wait_for_log(page, f"s  {clip.parent.name}")
+    assert set(logged_keywords(log)) == {clip.parent.name}, log
