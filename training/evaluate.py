@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from app.clips import ClipError, list_clips
+from app.evaluate import summarise
 from model import RotRNNClassifier, classifier_from_checkpoint
 
 from .data import folder_splits, read_clips
@@ -59,19 +60,6 @@ def predict(net: RotRNNClassifier, audio: np.ndarray, batch_size: int) -> np.nda
     out = [net(torch.from_numpy(audio[i:i + batch_size]))[0].argmax(1)
            for i in range(0, len(audio), batch_size)]
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
-
-
-def summarise(labels, truth: np.ndarray, pred: np.ndarray) -> dict:
-    n = len(labels)
-    confusion = np.zeros((n, n), np.int64)                          # rows: truth, columns: prediction
-    np.add.at(confusion, (truth, pred), 1)
-    support = confusion.sum(1)
-    per_class = {lab: (float(confusion[i, i] / support[i]) if support[i] else None)
-                 for i, lab in enumerate(labels)}
-    accuracy = float(np.trace(confusion) / max(1, len(truth)))
-    return {"accuracy": accuracy, "n": int(len(truth)), "per_class": per_class,
-            "support": {lab: int(s) for lab, s in zip(labels, support)},
-            "confusion": confusion.tolist()}
 
 
 def save_confusion_png(result: dict, labels, path: Path) -> None:
