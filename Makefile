@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast clean-venv
+.PHONY: demo test clean-venv
 
 # Only the `app` extra: the demo needs no torch.
 $(VENV)/.app: pyproject.toml
