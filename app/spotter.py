@@ -111,6 +111,11 @@ class KeywordModel:
     def run(self, audio: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         """audio: (batch, samples) float32 @ sample_rate, samples a multiple of input_multiple and
         ≤ max_samples; state: (batch, state_size) or None → scores (batch, classes), state_out."""
+        samples = np.shape(audio)[-1]
+        if samples % self.input_multiple or not 0 < samples <= self.max_samples:
+            # the graph does not check this itself: it would return wrong scores
+            raise ValueError(f"expected a multiple of {self.input_multiple} samples, at most "
+                             f"{self.max_samples}, got {samples}")
         feed = {"audio": np.ascontiguousarray(audio, np.float32)}
         if self.streaming:
             feed["state"] = state

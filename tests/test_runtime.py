@@ -174,6 +174,15 @@ def test_detection_settings_come_from_the_metadata_unless_given(model):
         spotter.threshold = 1.5
 
 
+def test_run_refuses_lengths_the_graph_would_get_wrong(model):
+    state = model.initial_state()
+    for samples in (0, model.input_multiple + 1, model.max_samples + model.input_multiple):
+        with pytest.raises(ValueError, match=f"multiple of {model.input_multiple} samples"):
+            model.run(np.zeros((1, samples), np.float32), state)
+    scores, _ = model.run(np.zeros((1, model.input_multiple), np.float32), state)
+    assert scores.shape == (1, len(model.labels))
+
+
 def test_model_properties(model, paths):
     assert model.labels == LABELS and model.keywords == ("yes", "no", "up")
     assert (model.sample_rate, model.hop_samples, model.streaming) == (16_000, 1600, True)
