@@ -14,6 +14,8 @@ COMMANDS = {
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
     "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
     "demo": ("app.demo", "the Gradio microphone demo"),
+    "bench": ("benchmarks.bench", "accuracy, streaming DET, cost, peer and ablations → bench/report.md "
+                                  "(needs the train extra)"),
 }
 
 

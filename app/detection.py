@@ -18,7 +18,7 @@ import numpy as np
 
 # Defaults (a model can carry its own in its metadata: `detection`). Measured with the bundled
 # model on a 20 min stream of the validation speakers over noise at 5–20 dB SNR
-# (benchmarks/bench_detection.py --split validation): threshold 0.5 → 47 % missed, 243 false
+# (the stream of benchmarks/stream.py, validation speakers): threshold 0.5 → 47 % missed, 243 false
 # accepts/h; 0.7 → 62 %, 75/h; 0.9 → 82 %, 6/h. The model is too weak for a useful low-false-accept
 # point, so the default favours hearing the keyword in the demo; raise it for fewer false accepts.
 THRESHOLD = 0.5        # smoothed keyword probability that counts as heard

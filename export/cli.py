@@ -1,10 +1,11 @@
 """`rotkws export CHECKPOINT -o model.onnx [--int8] [--data DIR [--split S]] [--max-samples N]`.
 
-Loads a checkpoint written by `rotkws train`, writes one streaming ONNX file with its metadata,
-verifies it against PyTorch (random audio, real clips from --data, one call vs uneven pieces)
-and fails if they differ by more than 1e-4. With --data the file's clip accuracy there (on
---split of it: the held-out speakers are `testing`) is measured and written into its metadata; --int8 also writes `<name>.int8.onnx` beside it and
-reports the accuracy change on the --data clips.
+Loads a checkpoint written by `rotkws train` (a RotRNN or a DS-CNN), writes one ONNX file with
+its metadata (streaming for a causal RotRNN, a clip classifier otherwise), verifies it against
+PyTorch (random audio, real clips from --data, one call vs uneven pieces) and fails if they
+differ by more than 1e-4. With --data the file's clip accuracy there (on --split of it: the
+held-out speakers are `testing`) is measured and written into its metadata; --int8 also writes
+`<name>.int8.onnx` beside it and reports the accuracy change on the --data clips.
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""A RotRNNClassifier → one self-describing ONNX file that streams.
+"""A classifier (RotRNNClassifier or DSCNN: model/classifiers.py) → one self-describing ONNX file.
 
 The graph (causal networks):
 
@@ -8,7 +8,8 @@ The graph (causal networks):
     → scores    float32 [batch, classes]: softmax probabilities for the audio heard so far
     → state_out float32 [batch, state_size]: feed it back with the next piece
 
-A bidirectional network exports as a clip classifier, `audio → scores`, with no state.
+A bidirectional network, and the DS-CNN, export as a clip classifier, `audio → scores`, with no
+state (the runtime runs it on a sliding window of max_samples).
 The recurrence is the chunked parallel op of model/scan.py with every decay/rotation power
 computed once in float64 and stored as a constant, so the graph holds no Loop, Scan or If.
 Everything a runtime needs travels in the file's metadata (see `metadata`).
@@ -24,7 +25,7 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from model import RotRNNClassifier
+from model.classifiers import classifier_arch
 
 from .verify import TOLERANCE, verify_export
 
@@ -42,7 +43,7 @@ class ExportError(RuntimeError):
 class StreamingScorer(nn.Module):
     """(audio (B, S), state (B, state_size)) → (softmax scores (B, classes), state_out)."""
 
-    def __init__(self, net: RotRNNClassifier):
+    def __init__(self, net: nn.Module):
         super().__init__()
         self.net = net
 
@@ -54,7 +55,7 @@ class StreamingScorer(nn.Module):
 class ClipScorer(nn.Module):
     """audio (B, S) → softmax scores (B, classes): a bidirectional network, no state."""
 
-    def __init__(self, net: RotRNNClassifier):
+    def __init__(self, net: nn.Module):
         super().__init__()
         self.net = net
 
@@ -69,7 +70,7 @@ def rotkws_version() -> str:
         return "0+unknown"
 
 
-def metadata(net: RotRNNClassifier, max_samples: int, meta: dict | None = None) -> dict[str, str]:
+def metadata(net: nn.Module, max_samples: int, meta: dict | None = None) -> dict[str, str]:
     """The file's metadata_props: strings, JSON where structured.
 
     `meta` adds provenance: `training_data`, `accuracy`, `detection` (runtime defaults such as
@@ -79,6 +80,7 @@ def metadata(net: RotRNNClassifier, max_samples: int, meta: dict | None = None) 
     layout = [{"name": name, "size": size} for name, size in net.state_layout()]
     props = {
         "rotkws_version": rotkws_version(),
+        "arch": classifier_arch(net),
         "labels": json.dumps(list(cfg.labels)),
         "sample_rate": str(cfg.sample_rate),
         "input_multiple": str(cfg.frontend_stride),
@@ -93,6 +95,7 @@ def metadata(net: RotRNNClassifier, max_samples: int, meta: dict | None = None) 
         "outputs": json.dumps(STREAM_OUTPUTS if streaming else CLIP_OUTPUTS),
         "scores": "softmax",
         "config": json.dumps(cfg.to_dict()),
+        "parameters": str(sum(p.numel() for p in net.parameters())),   # trained weights (not the kernels)
         "training_data": "unknown",
         "detection": "{}",
     }
@@ -120,7 +123,7 @@ def check_dynamic_axes(proto: onnx.ModelProto) -> None:
                               f"a free batch axis (and a free samples axis for audio)")
 
 
-def trace(net: RotRNNClassifier, max_samples: int) -> onnx.ModelProto:
+def trace(net: nn.Module, max_samples: int) -> onnx.ModelProto:
     """torch.onnx.export (dynamo) of a frozen network, dynamic batch and samples."""
     stride = net.cfg.frontend_stride
     max_frames = max_samples // stride
@@ -143,21 +146,21 @@ def trace(net: RotRNNClassifier, max_samples: int) -> onnx.ModelProto:
     return program.model_proto
 
 
-def frozen_copy(net: RotRNNClassifier, max_samples: int) -> RotRNNClassifier:
+def frozen_copy(net: nn.Module, max_samples: int) -> nn.Module:
     """An eval-mode copy whose kernels are float64-computed constants for calls ≤ max_samples."""
     frozen = copy.deepcopy(net).eval()
     frozen.freeze_kernels(max_samples)
     return frozen
 
 
-def check_max_samples(net: RotRNNClassifier, max_samples: int) -> None:
+def check_max_samples(net: nn.Module, max_samples: int) -> None:
     stride = net.cfg.frontend_stride
     if max_samples % stride or max_samples < 2 * stride:
         raise ExportError(f"max_samples must be a multiple of the front-end stride ({stride}) "
                           f"and at least {2 * stride}, got {max_samples}")
 
 
-def write_onnx(net: RotRNNClassifier, path, *, max_samples: int = MAX_SAMPLES,
+def write_onnx(net: nn.Module, path, *, max_samples: int = MAX_SAMPLES,
                meta: dict | None = None) -> Path:
     """Trace `net` (a frozen copy: `net` is left untouched) and write the file, unverified."""
     path = Path(path)
@@ -178,11 +181,11 @@ def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
     onnx.helper.set_model_props(proto, {p.key: p.value for p in proto.metadata_props} | props)
 
 
-def export_onnx(net: RotRNNClassifier, path, *, max_samples: int = MAX_SAMPLES,
+def export_onnx(net: nn.Module, path, *, max_samples: int = MAX_SAMPLES,
                 meta: dict | None = None, clips=()) -> Path:
     """Write `net` to `path` as one ONNX file, verified against PyTorch; returns the path.
 
-    net:   a RotRNNClassifier (left untouched: a frozen copy is exported)
+    net:   a RotRNNClassifier or DSCNN (left untouched: a frozen copy is exported)
     meta:  provenance for the metadata (`training_data`, `accuracy`, `detection`, …)
     clips: real 16 kHz mono float32 arrays the verification also runs on
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
-
-from model import RotRNNClassifier
+from torch import nn
 
 TOLERANCE = 1e-4          # max |Δ score|: float32 rounding of two implementations is ~1e-6
 HOP_SECONDS = 0.1         # the runtime's default hop, one of the lengths checked
@@ -41,17 +40,18 @@ def run_onnx(session: ort.InferenceSession, audio: np.ndarray, state: np.ndarray
 
 
 @torch.no_grad()
-def run_torch(net: RotRNNClassifier, audio: np.ndarray, state: np.ndarray | None):
+def run_torch(net: nn.Module, audio: np.ndarray, state: np.ndarray | None):
     logits, state_out = net(torch.from_numpy(audio), None if state is None else torch.from_numpy(state))
     return torch.softmax(logits, -1).numpy(), (None if state_out is None else state_out.numpy())
 
 
-def check_lengths(net: RotRNNClassifier, max_samples: int) -> list[int]:
+def check_lengths(net: nn.Module, max_samples: int) -> list[int]:
     """Sample counts where the graph's shapes change character: 1 frame, chunk ± 1, the hop."""
-    stride, chunk = net.cfg.frontend_stride, net.cfg.chunk
+    stride, chunk = net.cfg.frontend_stride, getattr(net.cfg, "chunk", None)   # a DS-CNN: no chunks
     hop = int(HOP_SECONDS * net.cfg.sample_rate) // stride
-    frames = {1, 2, chunk - 1, chunk, chunk + 1, 2 * chunk + 3, hop,
-              max_samples // stride - 1, max_samples // stride}
+    frames = {1, 2, hop, max_samples // stride - 1, max_samples // stride}
+    if chunk:
+        frames |= {chunk - 1, chunk, chunk + 1, 2 * chunk + 3}
     return sorted(f * stride for f in frames if 1 <= f <= max_samples // stride)
 
 
@@ -102,7 +102,7 @@ def compare_stream(net, session, max_samples: int, rng) -> float | None:
     return float(max(np.abs(scores - ref).max(), np.abs(whole - ref).max()))
 
 
-def verify_export(net: RotRNNClassifier, path, clips=(), seed: int = 0) -> dict:
+def verify_export(net: nn.Module, path, clips=(), seed: int = 0) -> dict:
     """Run the checks on the file at `path`; return {"random", "clips", "stream", "lengths"}
     (max |Δ score| each, None where it does not apply); raise VerificationError on a failure."""
     net = copy.deepcopy(net).eval()

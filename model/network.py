@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .lru import LRU
 from .rotrnn import RotRNN
 
 SAMPLE_RATE = 16_000  # Hz: every model in this project reads 16 kHz mono audio
@@ -26,7 +27,9 @@ class RotRNNConfig:
     heads: int = 32                           # RotRNN heads; state / heads must be even
     layers: int = 6                           # number of blocks
     bidirectional: bool = False               # True: clip classifier (the paper); False: streams
-    normalize_input: bool = True              # ξ on/off (the reviewers' ablation)
+    normalize_input: bool = True              # ξ on/off (the reviewers' ablation); the LRU's γ
+    layer: str = "rotrnn"                     # "rotrnn", or "lru": the LRU in the same block (the
+                                              # reviewers' comparison; gamma_min/max are its ring)
     dropout: float = 0.1                      # in every block
     chunk: int = 64                           # steps per chunk of the parallel scan
     gamma_min: float = 0.9                    # slowest/fastest decays at initialisation
@@ -54,6 +57,8 @@ class RotRNNConfig:
             self.frontend_norm = "frame" if self.frontend_norm else "none"
         if self.frontend_norm not in ("none", "frame", "batch"):
             raise ValueError(f"frontend_norm must be none, frame or batch, got {self.frontend_norm!r}")
+        if self.layer not in ("rotrnn", "lru"):
+            raise ValueError(f"layer must be rotrnn or lru, got {self.layer!r}")
         if self.frontend not in ("linear", "conv", "filterbank"):
             raise ValueError(f"frontend must be linear, conv or filterbank, got {self.frontend!r}")
         if self.frontend == "linear" and (self.frontend_stride, self.frontend_kernel) != (1, 1):
@@ -157,14 +162,16 @@ class Frontend(nn.Module):
 
 
 class Block(nn.Module):
-    """norm → RotRNN → GELU → half-GLU (x·σ(Wx)) → dropout → residual (the S5 layout)."""
+    """norm → RotRNN (or LRU) → GELU → half-GLU (x·σ(Wx)) → dropout → residual (the S5 layout)."""
 
     def __init__(self, cfg: RotRNNConfig):
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.rnn = RotRNN(cfg.d_model, cfg.state, cfg.heads, bidirectional=cfg.bidirectional,
-                          normalize_input=cfg.normalize_input, chunk=cfg.chunk,
-                          gamma_min=cfg.gamma_min, gamma_max=cfg.gamma_max, max_phase=cfg.max_phase)
+        common = dict(bidirectional=cfg.bidirectional, normalize_input=cfg.normalize_input,
+                      chunk=cfg.chunk, max_phase=cfg.max_phase)
+        self.rnn = (RotRNN(cfg.d_model, cfg.state, cfg.heads, gamma_min=cfg.gamma_min,
+                           gamma_max=cfg.gamma_max, **common) if cfg.layer == "rotrnn" else
+                    LRU(cfg.d_model, cfg.state, r_min=cfg.gamma_min, r_max=cfg.gamma_max, **common))
         self.gate = nn.Linear(cfg.d_model, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -268,22 +275,4 @@ def count_parameters(net: nn.Module) -> int:
 
 CHECKPOINT_KEY = "rotkws"   # where a checkpoint keeps its config, labels and provenance
 STATE_PREFIX = "net."       # the classifier's weights inside a (Lightning) checkpoint's state_dict
-
-
-def checkpoint_payload(net: RotRNNClassifier, **meta) -> dict:
-    """What a checkpoint must hold so that loading rebuilds the network without guessing:
-    {"rotkws": {"config": ..., **meta}, "state_dict": {"net.<name>": tensor}}. Plain types only,
-    so `torch.load(..., weights_only=True)` reads it."""
-    return {CHECKPOINT_KEY: {"config": net.cfg.to_dict(), **meta},
-            "state_dict": {STATE_PREFIX + k: v for k, v in net.state_dict().items()}}
-
-
-def classifier_from_checkpoint(ckpt: dict) -> RotRNNClassifier:
-    """Rebuild a classifier from a loaded checkpoint dict (see checkpoint_payload)."""
-    if CHECKPOINT_KEY not in ckpt:
-        raise ValueError(f"not a rotkws checkpoint: no {CHECKPOINT_KEY!r} entry "
-                         f"(keys: {sorted(ckpt)[:8]})")
-    net = RotRNNClassifier(RotRNNConfig(**ckpt[CHECKPOINT_KEY]["config"]))
-    weights = {k[len(STATE_PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(STATE_PREFIX)}
-    net.load_state_dict(weights)
-    return net
+                            # (checkpoint_payload, classifier_from_checkpoint: model/classifiers.py)

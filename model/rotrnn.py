@@ -27,24 +27,107 @@ def init_log_neg_log_gamma(heads: int, gamma_min: float, gamma_max: float) -> Te
     return torch.empty(heads).uniform_(lo, hi)
 
 
-class RotRNN(nn.Module):
-    """A RotRNN layer: `layer(u, state) -> (y, state_out)`.
+class DiagonalRecurrence(nn.Module):
+    """What RotRNN and LRU share: a linear recurrence that is complex-diagonal in some basis,
+    run by the one chunked op. `layer(u, state) -> (y, state_out)`.
 
     u:     (B, L, d_model) float32
-    state: (B, state) float32 in the layer's own basis (x above), zeros if None
+    state: (B, state) float32 in the layer's own basis, zeros if None
     y:     (B, L, d_model); state_out: (B, state), the state after the last step
            (None when bidirectional: a clip layer has no carried state).
+
+    A subclass gives `_lambda()` (log|λ|, arg λ per complex channel) and `_maps()`: the basis P
+    (H, N, N) of the state (None: the state is the channels themselves), the input map into the
+    channels (H, N, d) and the output map out of them (d, H, N), pairs (re, im) adjacent.
     """
 
-    def __init__(self, d_model: int, state: int, heads: int, *, bidirectional: bool = False,
-                 normalize_input: bool = True, chunk: int = 64, gamma_min: float = 0.9,
-                 gamma_max: float = 0.999, max_phase: float = 2 * math.pi, skip: bool = True):
+    def __init__(self, d_model: int, state: int, heads: int, *, bidirectional: bool, chunk: int):
         super().__init__()
         if state % heads or (state // heads) % 2:
             raise ValueError(f"state ({state}) must split into {heads} heads of even size")
         self.d_model, self.state_size, self.heads = d_model, state, heads
-        self.N = N = state // heads
-        self.bidirectional, self.normalize_input, self.chunk = bidirectional, normalize_input, chunk
+        self.N = state // heads
+        self.bidirectional, self.chunk = bidirectional, chunk
+        self.reverse: DiagonalRecurrence | None = None
+        self.track_norm = False
+        self.last_state_norm: Tensor | None = None
+        self.frozen: ScanKernels | None = None
+        self.frozen_maps: tuple[Tensor | None, Tensor, Tensor] | None = None
+
+    def _lambda(self) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def _maps(self) -> tuple[Tensor | None, Tensor, Tensor]:
+        raise NotImplementedError
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        raise NotImplementedError
+
+    def kernels(self, length: int, dtype: torch.dtype) -> ScanKernels:
+        if self.frozen is not None:
+            if n_chunks(length, self.chunk) > self.frozen.max_chunks:
+                raise ValueError(f"at most {self.frozen.max_chunks * self.chunk} steps per call "
+                                 f"in a frozen layer, got {length}")
+            return self.frozen
+        return scan_kernels(*self._lambda(), self.chunk, n_chunks(length, self.chunk), dtype)
+
+    def freeze(self, max_steps: int) -> None:
+        """Compute the kernels and the maps once (float64 → float32) and keep them as
+        constants, for export (an exported graph needs no matrix exponential)."""
+        with torch.no_grad():
+            self.frozen = scan_kernels(*self._lambda(), self.chunk, n_chunks(max_steps, self.chunk))
+            twin = copy.deepcopy(self).double()
+            twin.reverse = twin.frozen = twin.frozen_maps = None
+            dtype = next(self.parameters()).dtype
+            self.frozen_maps = tuple(None if m is None else m.to(dtype) for m in twin._maps())
+        if self.reverse is not None:
+            self.reverse.freeze(max_steps)
+
+    def forward(self, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        y, state_out = self._scan(u, state)
+        if self.reverse is None:
+            return y, state_out
+        if state is not None:
+            raise ValueError("a bidirectional layer classifies whole clips: it takes no state")
+        y_rev, _ = self.reverse._scan(u.flip(1), None)
+        return y + y_rev.flip(1), None
+
+    def _scan(self, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
+        Bsz, L, d = u.shape
+        H, N = self.heads, self.N
+        K = H * N // 2                                              # complex channels
+        P, Bt, Ct = self._maps()                                    # (H, N, N) | None, (H, N, d), (d, H, N)
+        # into the λ basis, channel-major: v[k, q, b, t] = (Bt u_t)[pair k, re/im q]
+        v = (Bt.reshape(2 * K, d) @ u.reshape(Bsz * L, d).T).view(K, 2, Bsz, L)
+        c0 = None
+        if state is not None:                                       # x0 → Pᵀ x0
+            if P is None:
+                c0 = state.view(Bsz, K, 2).permute(1, 2, 0)
+            else:
+                c0 = torch.einsum("bhn,hnm->hmb", state.view(Bsz, H, N), P).reshape(K, 2, Bsz)
+        z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)       # (K, B, n, 2, C), (K, 2, B)
+        if self.track_norm:                                         # ‖x_t‖ = ‖Pᵀ x_t‖ per head
+            sq = z.detach().pow(2).view(H, N // 2, Bsz, -1, 2, self.chunk).sum((1, 4))
+            self.last_state_norm = sq.reshape(H, Bsz, -1)[..., :L].sqrt().mean()
+        y = torch.einsum("kbnqc,dkq->bncd", z, Ct.reshape(d, K, 2)).reshape(Bsz, -1, d)[:, :L]
+        if self.D is not None:
+            y = y + self.D * u
+        if P is None:
+            return y, zT.permute(2, 0, 1).reshape(Bsz, H * N)
+        x = torch.einsum("hnm,hmb->bhn", P, zT.reshape(H, N, Bsz))  # x = P z
+        return y, x.reshape(Bsz, H * N)
+
+
+class RotRNN(DiagonalRecurrence):
+    """A RotRNN layer: `layer(u, state) -> (y, state_out)` (DiagonalRecurrence's contract); its
+    state is x above, in the layer's own basis."""
+
+    def __init__(self, d_model: int, state: int, heads: int, *, bidirectional: bool = False,
+                 normalize_input: bool = True, chunk: int = 64, gamma_min: float = 0.9,
+                 gamma_max: float = 0.999, max_phase: float = 2 * math.pi, skip: bool = True):
+        super().__init__(d_model, state, heads, bidirectional=bidirectional, chunk=chunk)
+        N = self.N
+        self.normalize_input = normalize_input
         scale = 1 / math.sqrt(d_model + state)
         self.g = nn.Parameter(init_log_neg_log_gamma(heads, gamma_min, gamma_max))   # γ = exp(−exp(g))
         self.theta = nn.Parameter(torch.rand(heads, N // 2) * max_phase)            # θ ~ U[0, max_phase)
@@ -55,10 +138,6 @@ class RotRNN(nn.Module):
         self.reverse = (RotRNN(d_model, state, heads, normalize_input=normalize_input, chunk=chunk,
                                gamma_min=gamma_min, gamma_max=gamma_max, max_phase=max_phase,
                                skip=False) if bidirectional else None)
-        self.track_norm = False
-        self.last_state_norm: Tensor | None = None
-        self.frozen: ScanKernels | None = None
-        self.frozen_maps: tuple[Tensor, Tensor, Tensor] | None = None
 
     # -- the paper's quantities -------------------------------------------------------------
     @property
@@ -84,30 +163,11 @@ class RotRNN(nn.Module):
         own = [p for p in (self.B, self.C, self.D, self.g, self.theta) if p is not None]
         return own + (self.reverse.recurrent_parameters() if self.reverse is not None else [])
 
-    # -- the chunked op ---------------------------------------------------------------------
+    # -- into the chunked op ----------------------------------------------------------------
     def _lambda(self) -> tuple[Tensor, Tensor]:
         """log|λ| and arg λ per complex channel, (K,) each with K = state / 2."""
         log_gamma = -torch.exp(self.g)
         return log_gamma.repeat_interleave(self.N // 2), self.theta.reshape(-1)
-
-    def kernels(self, length: int, dtype: torch.dtype) -> ScanKernels:
-        if self.frozen is not None:
-            if n_chunks(length, self.chunk) > self.frozen.max_chunks:
-                raise ValueError(f"at most {self.frozen.max_chunks * self.chunk} steps per call "
-                                 f"in a frozen layer, got {length}")
-            return self.frozen
-        return scan_kernels(*self._lambda(), self.chunk, n_chunks(length, self.chunk), dtype)
-
-    def freeze(self, max_steps: int) -> None:
-        """Compute the kernels and P, ξPᵀB, CP once (float64 → float32) and keep them as
-        constants, for export (an exported graph needs no matrix exponential)."""
-        with torch.no_grad():
-            self.frozen = scan_kernels(*self._lambda(), self.chunk, n_chunks(max_steps, self.chunk))
-            twin = copy.deepcopy(self).double()
-            twin.reverse = twin.frozen = twin.frozen_maps = None
-            self.frozen_maps = tuple(m.to(self.B.dtype) for m in twin._maps())
-        if self.reverse is not None:
-            self.reverse.freeze(max_steps)
 
     def _maps(self) -> tuple[Tensor, Tensor, Tensor]:
         """P (H, N, N), ξ Pᵀ B (H, N, d) and C P (d, H, N): the maps into and out of the λ basis."""
@@ -118,36 +178,6 @@ class RotRNN(nn.Module):
         Bt = self.xi()[:, None, None] * P.transpose(1, 2) @ self.B                   # ξ Pᵀ B
         Ct = (self.C.view(-1, H, N).transpose(0, 1) @ P).transpose(0, 1)             # C P
         return P, Bt, Ct
-
-    def forward(self, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        y, state_out = self._scan(u, state)
-        if self.reverse is None:
-            return y, state_out
-        if state is not None:
-            raise ValueError("a bidirectional RotRNN classifies whole clips: it takes no state")
-        y_rev, _ = self.reverse._scan(u.flip(1), None)
-        return y + y_rev.flip(1), None
-
-    def _scan(self, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
-        Bsz, L, d = u.shape
-        H, N = self.heads, self.N
-        K = H * N // 2                                              # complex channels
-        P, Bt, Ct = self._maps()                                    # (H, N, N), (H, N, d), (d, H, N)
-        # into the λ basis, channel-major: v[k, q, b, t] = (ξ Pᵀ B u_t)[pair k, re/im q]
-        v = (Bt.reshape(2 * K, d) @ u.reshape(Bsz * L, d).T).view(K, 2, Bsz, L)
-        c0 = None
-        if state is not None:                                       # x0 → Pᵀ x0
-            z0 = torch.einsum("bhn,hnm->hmb", state.view(Bsz, H, N), P)
-            c0 = z0.reshape(K, 2, Bsz)
-        z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)       # (K, B, n, 2, C), (K, 2, B)
-        if self.track_norm:                                         # ‖x_t‖ = ‖Pᵀ x_t‖ per head
-            sq = z.detach().pow(2).view(H, N // 2, Bsz, -1, 2, self.chunk).sum((1, 4))
-            self.last_state_norm = sq.reshape(H, Bsz, -1)[..., :L].sqrt().mean()
-        y = torch.einsum("kbnqc,dkq->bncd", z, Ct.reshape(d, K, 2)).reshape(Bsz, -1, d)[:, :L]
-        if self.D is not None:
-            y = y + self.D * u
-        x = torch.einsum("hnm,hmb->bhn", P, zT.reshape(H, N, Bsz))  # x = P z
-        return y, x.reshape(Bsz, H * N)
 
 
 def rotrnn_reference(layer: RotRNN, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

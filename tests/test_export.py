@@ -17,7 +17,7 @@ from onnx_models import KINDS, LABELS, MAX_SAMPLES, META, build, exported
 STREAMING = ("filterbank", "linear")
 REQUIRED = ("rotkws_version", "labels", "sample_rate", "state_shape", "state_size", "state_dtype",
             "state_layout", "input_multiple", "min_samples", "max_samples", "streaming", "config",
-            "training_data", "accuracy", "detection", "export")
+            "training_data", "accuracy", "detection", "export", "arch", "parameters")
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +71,7 @@ def test_metadata_says_everything_a_runtime_needs(models, kind):
     assert int(meta["input_multiple"]) == int(meta["min_samples"]) == cfg.frontend_stride
     assert int(meta["max_samples"]) == MAX_SAMPLES[kind]
     assert json.loads(meta["config"]) == cfg.to_dict()
+    assert int(meta["parameters"]) == sum(p.numel() for p in net.parameters())
     assert json.loads(meta["detection"]) == {"threshold": 0.9}
     assert meta["training_data"] == META["training_data"]
     layout = json.loads(meta["state_layout"])

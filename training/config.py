@@ -2,7 +2,9 @@
 line (`--model.d_model 64`). Every key is typed by a dataclass; an unknown key is an error that
 names it.
 
-    model:   RotRNNConfig fields (model/network.py), except labels (they come from the task)
+    model:   `arch` (rotrnn, the default, or dscnn: model/classifiers.py), then that arch's
+             config fields (RotRNNConfig in model/network.py, CNNConfig in model/cnn.py), except
+             labels (they come from the task)
     data:    DataConfig (training/data.py)
     augment: AugmentConfig (training/augment.py)
     optim:   OptimConfig (training/module.py)
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from model import RotRNNClassifier, RotRNNConfig
+from model import RotRNNConfig, build_classifier
+from model.classifiers import ARCHS, DEFAULT_ARCH, config_class
 
 from .augment import AugmentConfig
 from .data import DataConfig
@@ -48,11 +51,12 @@ class TrainerConfig:
 SECTIONS = {"model": RotRNNConfig, "data": DataConfig, "augment": AugmentConfig,
             "optim": OptimConfig, "trainer": TrainerConfig}
 NOT_CONFIGURABLE = {"model": {"labels"}}   # derived from data.task
+ARCH_KEY = "model.arch"                    # picks the model section's dataclass (SECTIONS: the default)
 
 
 @dataclass
 class TrainConfig:
-    model: dict = field(default_factory=dict)         # RotRNNConfig keyword arguments (no labels)
+    model: dict = field(default_factory=dict)         # arch + its config's keyword arguments (no labels)
     data: DataConfig = field(default_factory=DataConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -64,14 +68,23 @@ class TrainConfig:
         return {"model": dict(self.model), **out, "name": self.name}
 
 
-def known_keys(section: str) -> list[str]:
-    return [f.name for f in dataclasses.fields(SECTIONS[section])
-            if f.name not in NOT_CONFIGURABLE.get(section, set())]
+def section_class(section: str, arch: str = DEFAULT_ARCH) -> type:
+    return config_class(arch) if section == "model" else SECTIONS[section]
 
 
-def check_value(section: str, key: str, value):
+def known_keys(section: str, arch: str = DEFAULT_ARCH) -> list[str]:
+    names = [f.name for f in dataclasses.fields(section_class(section, arch))
+             if f.name not in NOT_CONFIGURABLE.get(section, set())]
+    return ["arch"] + names if section == "model" else names
+
+
+def check_value(section: str, key: str, value, arch: str = DEFAULT_ARCH):
     """Coerce ints to floats where a float is expected; refuse values of the wrong kind."""
-    default = {f.name: f for f in dataclasses.fields(SECTIONS[section])}[key]
+    if f"{section}.{key}" == ARCH_KEY:
+        if not isinstance(value, str) or value not in ARCHS:
+            raise ConfigError(f"{ARCH_KEY}: expected {' or '.join(ARCHS)}, got {value!r}")
+        return value
+    default = {f.name: f for f in dataclasses.fields(section_class(section, arch))}[key]
     base = default.default if default.default is not dataclasses.MISSING else None
     if isinstance(base, bool) and not isinstance(value, bool):
         raise ConfigError(f"{section}.{key}: expected true or false, got {value!r}")
@@ -82,14 +95,17 @@ def check_value(section: str, key: str, value):
     return value
 
 
-def set_key(tree: dict, dotted: str, value) -> None:
+def set_key(tree: dict, dotted: str, value, arch: str = DEFAULT_ARCH) -> None:
+    """tree[section][key] = value, checked against the section's dataclass (the model section's:
+    the one of `arch`)."""
     section, _, key = dotted.partition(".")
     if section not in SECTIONS:
         raise ConfigError(f"unknown config key {dotted!r}: sections are {', '.join(SECTIONS)}")
-    if key not in known_keys(section):
-        raise ConfigError(f"unknown config key {dotted!r}: {section} has "
-                          f"{', '.join(known_keys(section))}")
-    tree.setdefault(section, {})[key] = check_value(section, key, value)
+    if key not in known_keys(section, arch):
+        of = f" (arch {arch})" if section == "model" else ""
+        raise ConfigError(f"unknown config key {dotted!r}: {section}{of} has "
+                          f"{', '.join(known_keys(section, arch))}")
+    tree.setdefault(section, {})[key] = check_value(section, key, value, arch)
 
 
 def read_yaml(path: Path) -> dict:
@@ -107,14 +123,18 @@ def read_yaml(path: Path) -> dict:
 def load_config(path, overrides: dict[str, str] | None = None) -> TrainConfig:
     """The YAML file, then `overrides` ({'model.d_model': '64'}, values parsed as YAML)."""
     path = Path(path)
-    tree: dict = {}
+    pairs = []
     for section, values in read_yaml(path).items():
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {section!r} must be a mapping of keys")
-        for key, value in values.items():
-            set_key(tree, f"{section}.{key}", value)
-    for dotted, text in (overrides or {}).items():
-        set_key(tree, dotted, yaml.safe_load(text) if isinstance(text, str) else text)
+        pairs += [(f"{section}.{key}", value) for key, value in values.items()]
+    pairs += [(dotted, yaml.safe_load(text) if isinstance(text, str) else text)
+              for dotted, text in (overrides or {}).items()]
+    arch = next((value for dotted, value in reversed(pairs) if dotted == ARCH_KEY), DEFAULT_ARCH)
+    arch = check_value("model", "arch", arch)    # first: it decides which model keys exist
+    tree: dict = {}
+    for dotted, value in pairs:
+        set_key(tree, dotted, value, arch)
     return build_config(tree, path.stem)
 
 
@@ -124,7 +144,7 @@ def build_config(tree: dict, name: str) -> TrainConfig:
         cfg = TrainConfig(model=dict(tree.get("model", {})), name=name, **sections)
         cfg.data.source_list()
         labels = task_labels(cfg.data.task)
-        RotRNNClassifier(RotRNNConfig(**cfg.model, labels=labels))   # impossible nets fail now
+        build_classifier({**cfg.model, "labels": labels})   # impossible nets fail now
     except (TypeError, ValueError) as e:
         raise ConfigError(f"invalid configuration: {e}") from None
     return cfg

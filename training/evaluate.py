@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from app.clips import ClipError, list_clips
 from app.evaluate import summarise
-from model import RotRNNClassifier, classifier_from_checkpoint
+from model import classifier_from_checkpoint
 
 from .data import folder_splits, read_clips
 
@@ -35,7 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load_network(path: Path) -> RotRNNClassifier:
+def load_network(path: Path) -> nn.Module:
+    """The checkpoint's classifier (either arch: model/classifiers.py), in eval mode."""
     if not path.is_file():
         raise ClipError(f"checkpoint {path} does not exist")
     try:
@@ -55,7 +57,7 @@ def select_clips(folder: Path, labels, split: str):
 
 
 @torch.no_grad()
-def predict(net: RotRNNClassifier, audio: np.ndarray, batch_size: int) -> np.ndarray:
+def predict(net: nn.Module, audio: np.ndarray, batch_size: int) -> np.ndarray:
     """audio: (n, samples) float32 → predicted class indices (n,)."""
     out = [net(torch.from_numpy(audio[i:i + batch_size]))[0].argmax(1)
            for i in range(0, len(audio), batch_size)]

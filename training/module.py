@@ -1,4 +1,5 @@
-"""The LightningModule: loss, metrics, optimiser and schedule around a RotRNNClassifier (`net`).
+"""The LightningModule: loss, metrics, optimiser and schedule around a classifier (`net`): a
+RotRNNClassifier, or the DS-CNN baseline (model/classifiers.py picks by the config's `arch`).
 
 The network knows nothing of training; this module knows nothing of files (the DataModule does).
 """
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from model import RotRNNClassifier, RotRNNConfig
+from model import build_classifier, classifier_config
 from model.network import CHECKPOINT_KEY
 
 from .augment import AugmentConfig, augment
@@ -43,7 +44,7 @@ class KWSModule(L.LightningModule):
                  seed: int = 0, data: list | None = None, train_config: dict | None = None):
         super().__init__()
         self.save_hyperparameters()
-        self.net = RotRNNClassifier(RotRNNConfig(**model))
+        self.net = build_classifier(model)             # model: {"arch": ..., **config fields}
         self.optim = OptimConfig(**optim)
         self.aug = AugmentConfig(**(augment or {}))
         self.task, self.seed, self.data = task, seed, data or []
@@ -123,10 +124,10 @@ class KWSModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    # -- checkpoint contract (model/network.py: checkpoint_payload) ---------------------------
+    # -- checkpoint contract (model/classifiers.py: checkpoint_payload) ----------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()
                    if isinstance(v, Tensor) and v.numel() == 1}
-        checkpoint[CHECKPOINT_KEY] = {"config": self.net.cfg.to_dict(), "task": self.task,
+        checkpoint[CHECKPOINT_KEY] = {"config": classifier_config(self.net), "task": self.task,
                                       "labels": list(self.net.cfg.labels), "data": self.data,
                                       "metrics": metrics, "train_config": self.hparams.train_config}

@@ -1,0 +1,418 @@
+"""`rotkws bench`: measure a keyword spotter as the field does, in one run, into bench/report.md.
+
+    rotkws bench [--model M.onnx | --checkpoint C.ckpt] [--data DIR] [--out bench] [--quick]
+
+1. clip accuracy of the model on the held-out speakers: overall, per class, confusion matrix;
+2. streaming detection: the runtime's spotter over hours of seeded stream (keywords, other
+   words and wake-word recordings over noise), a DET curve, the operating points at 1 false
+   accept per hour and per 10 hours;
+3. cost: FLOPs per second of audio from the graph, CPU ms per second of audio on 1 and 2
+   threads streaming and per clip, the ratio to the FLOP floor at a matmul peak measured in
+   the same run, file size, int8 against float32;
+4. the peer and the ablations (benchmarks/ablation.py): DS-CNN, RotRNN, RotRNN without ξ and
+   the LRU trained here with one budget and several seeds; mean, 95 % interval, Welch's t-test
+   against RotRNN with Holm's correction.
+
+Writes report.md, report.json and PNG figures into --out; a full run (not --quick) into the
+default folder also rewrites the README's headline table. Every figure comes from this run.
+`--quick` runs the same steps with tiny networks, a few training steps and a short stream:
+it checks the machinery in about a minute and its figures mean nothing.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from app.clips import ClipError
+from app.evaluate import evaluate as evaluate_onnx
+from app.splits import folder_splits
+from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
+from benchmarks import ablation, bench_runtime, plots, stats, stream
+from benchmarks.report import machine
+from training.paths import default_data_root
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "bench"
+README = REPO / "README.md"
+FULL = {"seeds": 3, "epochs": 15, "stream_hours": 10.0, "timing_seconds": 10.0, "rounds": 3}
+QUICK = {"seeds": 2, "epochs": 1, "stream_hours": 2 / 60, "timing_seconds": 2.0, "rounds": 1}
+THREADS = (1, 2)
+FA_POINTS = {"1 FA/h": 1.0, "1 FA/10 h": 0.1}
+ANCHORS = [   # published figures, never measured here: each with its own data
+    ("BC-ResNet-8 (Kim et al., Interspeech 2021)", "98.7 % KWS-12", "full Speech Commands v0.02 (~85k training clips), official test list"),
+    ("MatchboxNet (Majumdar & Ginsburg, Interspeech 2020)", "98.0 % KWS-12", "full Speech Commands, official test list"),
+    ("Porcupine (Picovoice)", "2.7 % missed at 1 FA/10 h", "Picovoice's own wake-word benchmark (its words, its noise)"),
+    ("RotRNN paper (Biegun et al., arXiv:2407.07239)", "its SC-35 table", "full Speech Commands, 35 words, raw 16 kHz, bidirectional clip model: not reproduced here (`training/configs/sc35_paper.yaml` needs a GPU)"),
+]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rotkws bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help=f"rotkws ONNX file (default: {DEFAULT_MODEL.relative_to(REPO)})")
+    src.add_argument("--checkpoint", help="a .ckpt of rotkws train: exported here first")
+    p.add_argument("--data", default=str(default_data_root()), help="the shared data folder "
+                   "(speech_commands_v0.02_test_dev, background noise, wake-word recordings)")
+    p.add_argument("--out", default=str(BENCH_DIR), help="where report.md/json and the figures go")
+    p.add_argument("--quick", action="store_true", help="seconds, not an hour: checks the machinery")
+    p.add_argument("--seeds", type=int, help=f"seeds per arm (default {FULL['seeds']}, quick {QUICK['seeds']})")
+    p.add_argument("--epochs", type=int, help=f"training budget per arm (default {FULL['epochs']})")
+    p.add_argument("--stream-hours", type=float, help=f"streaming test length (default {FULL['stream_hours']:g})")
+    p.add_argument("--arms", default=",".join(ablation.ARMS), help="comma-separated, of " + ", ".join(ablation.ARMS))
+    p.add_argument("--jobs", type=int, default=2, help="training processes at once (one thread each)")
+    p.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    p.add_argument("--render", metavar="REPORT_JSON", help="measure nothing: rewrite report.md "
+                   "(and the README's table) from an earlier run's report.json")
+    args = p.parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    for key in ("seeds", "epochs", "stream_hours"):
+        if getattr(args, key) is None:
+            setattr(args, key, mode[key])
+    args.timing_seconds, args.rounds = mode["timing_seconds"], mode["rounds"]
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in args.arms if a not in ablation.ARMS]
+    if unknown or not args.arms:
+        p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ablation.ARMS)}")
+    if ablation.REFERENCE not in args.arms:
+        p.error(f"--arms must include {ablation.REFERENCE!r}: the others are tested against it")
+    if args.seeds < 1 or args.epochs < 1 or args.stream_hours <= 0 or args.jobs < 1:
+        p.error("--seeds, --epochs and --jobs must be ≥ 1 and --stream-hours > 0")
+    return args
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- 1. clip accuracy ------------------------------------------------------------------------------
+def clip_accuracy(path: Path, data: Path) -> dict:
+    result = evaluate_onnx(KeywordModel(path), data / ablation.TEST_FOLDER, "testing")
+    labels = result["labels"]
+    speakers = {c.speaker for c in folder_splits(data / ablation.TEST_FOLDER, labels)["testing"]}
+    result["speakers"] = len(speakers)
+    return result
+
+
+# -- 3. cost -------------------------------------------------------------------------------------------
+def graph_flops(path: Path, model: KeywordModel) -> dict:
+    """FLOPs per second of audio, counted from the graph's tensors (bench_runtime's rules): a
+    streaming model one call per hop, a clip model a 1 s window every hop (as the spotter)."""
+    if model.streaming:
+        per = bench_runtime.flops_per_second(path, model)
+        return {mode: sum(v.values()) for mode, v in per.items()}
+    clip = min(model.max_samples, model.sample_rate)
+    per_call = sum(bench_runtime.flops_per_call(path, model, clip).values())
+    return {"clip": per_call * model.sample_rate / clip, "stream": per_call / HOP_SECONDS}
+
+
+def onnx_cost(path: Path, seconds: float, rounds: int, threads=THREADS) -> dict:
+    """Size, graph FLOPs and CPU ms per second of audio (median of `rounds` interleaved rounds)."""
+    models = {t: KeywordModel(path, threads=t) for t in threads}
+    first = models[threads[0]]
+    audio = bench_runtime.test_audio(seconds, first.sample_rate)
+    times = {(t, m): [] for t in threads for m in ("stream", "clip")}
+    for _ in range(rounds):
+        for t, model in models.items():
+            clip = bench_runtime.clip_ms(model)
+            times[(t, "clip")].append(clip)
+            times[(t, "stream")].append(bench_runtime.streaming_ms(model, audio) if model.streaming
+                                        else clip / HOP_SECONDS)     # a 1 s window per hop
+    proto = onnx.load(path)
+    constants = sum(int(np.prod(i.dims)) for i in proto.graph.initializer)
+    weights = {m.key: m.value for m in proto.metadata_props}.get("parameters")   # older files lack it
+    return {"bytes": path.stat().st_size, "nodes": len(proto.graph.node), "constants": constants,
+            "weights": None if weights is None else int(weights),
+            "streaming": first.streaming, "flops": graph_flops(path, first),
+            "ms": {str(t): {m: float(np.median(times[(t, m)])) for m in ("stream", "clip")} for t in threads}}
+
+
+def floor_ratio(cost: dict, peak_gflops: float, mode: str) -> float:
+    floor_ms = 1e3 * cost["flops"][mode] / (peak_gflops * 1e9)
+    return cost["ms"]["1"][mode] / floor_ms
+
+
+# -- the run -------------------------------------------------------------------------------------------
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + (" (uncommitted changes)" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def model_path(args, out: Path) -> Path:
+    if not args.checkpoint:
+        return Path(args.model) if args.model else DEFAULT_MODEL
+    from export.onnx import export_onnx
+    from training.evaluate import load_network
+    path = out / "model.onnx"
+    export_onnx(load_network(Path(args.checkpoint)), path,
+                meta={"training_data": f"checkpoint {args.checkpoint}"})
+    return path
+
+
+def check_data(data: Path) -> None:
+    needed = [ablation.TEST_FOLDER, stream.NOISE_FOLDER, stream.WAKEWORD_FOLDER]
+    missing = [n for n in needed if not (data / n).is_dir()]
+    if missing:
+        raise ClipError(f"{data} lacks {', '.join(missing)}: expected the shared data folder "
+                        f"(--data or ROTKWS_DATA; see ../shared/data/README.md)")
+
+
+def run(args) -> dict:
+    out, data = Path(args.out), Path(args.data)
+    check_data(data)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "commit": git_commit(),
+              "mode": "quick" if args.quick else "full", "data": str(data), "python": platform.python_version()}
+    path = model_path(args, out)
+    report["model"] = {"path": str(path), "metadata": KeywordModel(path).meta | {"labels": list(KeywordModel(path).labels)}}
+
+    log(f"1. clip accuracy of {path.name} on the held-out speakers")
+    report["clip"] = clip_accuracy(path, data)
+
+    log("3. cost: float32 and int8, 1 and 2 threads")
+    from export.quantize import quantize_int8
+    int8 = quantize_int8(path, out / "model.int8.onnx")
+    peak, peak_n = bench_runtime.matmul_peak_gflops()
+    report["cost"] = {"peak_gflops": peak, "peak_size": peak_n, "load_average": os.getloadavg()[0],
+                      "rounds": args.rounds, "audio_seconds": args.timing_seconds,
+                      "float32": onnx_cost(path, args.timing_seconds, args.rounds),
+                      "int8": onnx_cost(int8, args.timing_seconds, args.rounds)}
+    report["cost"]["int8"]["accuracy"] = clip_accuracy(int8, data)["accuracy"]
+
+    log(f"2. streaming detection over {args.stream_hours:g} h")
+    model = KeywordModel(path)
+    t = time.monotonic()
+    sweep = stream.det(model, data, "testing", args.stream_hours, seed=0)
+    sweep["seconds"] = time.monotonic() - t
+    sweep["points"] = {name: stream.operating_point(sweep["rows"], fa) for name, fa in FA_POINTS.items()}
+    report["stream"] = sweep
+
+    log(f"4. peer and ablations: {', '.join(args.arms)} × {args.seeds} seeds, {args.epochs} epochs each")
+    budget = ablation.Budget(args.epochs, args.quick)
+    jobs = [(arm, s) for s in range(args.seeds) for arm in args.arms]
+    seconds = ablation.train_all(jobs, budget, data, out, args.jobs, log)
+    import torch
+    torch.set_num_threads(2)
+    labels = {tuple(ablation.load_network(ablation.run_dir(out, arm, 0) / "checkpoints" / "last.ckpt").cfg.labels)
+              for arm in args.arms}
+    clips = {lab: ablation.held_out(data, lab) for lab in labels}
+    runs = [ablation.score_run(arm, s, out, clips) | {"train_seconds": seconds[(arm, s)]} for arm, s in jobs]
+    arms = {}
+    for arm in args.arms:
+        mine = [r for r in runs if r["arm"] == arm]
+        arms[arm] = {"title": ablation.ARMS[arm].title, "runs": mine,
+                     "accuracy": stats.mean_interval([r["accuracy"] for r in mine]),
+                     "parameters": mine[0]["parameters"], "flops_per_second": mine[0]["flops_per_second"],
+                     "train_seconds": float(np.median([r["train_seconds"] for r in mine]))}
+    ref = [r["accuracy"] for r in arms[ablation.REFERENCE]["runs"]]
+    pvalues = {a: stats.welch_p([r["accuracy"] for r in arms[a]["runs"]], ref) for a in arms if a != ablation.REFERENCE}
+    significant = stats.holm(pvalues)
+    for a in pvalues:
+        arms[a]["p_vs_reference"], arms[a]["significant"] = pvalues[a], significant[a]
+    if not args.quick:   # each arm's first seed exported and timed like the model above
+        for arm in args.arms:
+            log(f"  exporting and timing {arm} seed 0")
+            from export.onnx import export_onnx
+            from training.evaluate import load_network
+            onnx_path = ablation.run_dir(out, arm, 0) / "model.onnx"
+            export_onnx(load_network(Path(arms[arm]["runs"][0]["checkpoint"])), onnx_path)
+            arms[arm]["onnx_cost"] = onnx_cost(onnx_path, args.timing_seconds, args.rounds, threads=(1,))
+    report["ablation"] = {"epochs": args.epochs, "quick": args.quick, "seeds": args.seeds,
+                          "arms": arms, "reference": ablation.REFERENCE, "alpha": stats.ALPHA}
+    report["wall_seconds"] = time.monotonic() - started
+    return report
+
+
+# -- the report ------------------------------------------------------------------------------------------
+def pct(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f} %"
+
+
+def size_text(cost: dict) -> str:
+    if cost["weights"] is not None:
+        return f"{cost['weights']:,} weights"
+    return f"{cost['constants']:,} constants with the scan's kernels"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def point_text(p: dict | None, hours: float) -> str:
+    if p is None:
+        return f"not reached (the stream has {hours:.1f} h)"
+    return f"{pct(p['miss_rate'])} missed (threshold {p['threshold']:.3f}, {p['false_accepts']} false accepts)"
+
+
+def interval_text(s: dict) -> str:
+    if np.isnan(s["low"]):
+        return pct(s["mean"])
+    return f"{pct(s['mean'])} [{100 * s['low']:.1f}, {100 * s['high']:.1f}]"
+
+
+def headline_rows(r: dict) -> list[str]:
+    """The README's table: this run's figures, then the anchors (not the same test)."""
+    clip, st, cost = r["clip"], r["stream"], r["cost"]["float32"]
+    ab = r["ablation"]
+    data = (f"{clip['n']} clips of {clip['speakers']} held-out speakers, "
+            f"`speech_commands_v0.02_test_dev` ({r['date']})")
+    p10 = st["points"]["1 FA/10 h"]
+    rows = ["| model | accuracy, unseen speakers | missed at 1 FA/10 h | CPU ms per s of audio (1 thread, streaming) | data |",
+            "| --- | ---: | ---: | ---: | --- |",
+            f"| **rotkws default** (`{Path(r['model']['path']).name}`, {size_text(cost)}) | "
+            f"{pct(clip['accuracy'])} | {pct(p10['miss_rate']) if p10 else 'not reached'} | "
+            f"{cost['ms']['1']['stream']:.1f} | {data}; stream {st['hours']:.2g} h |"]
+    for arm, a in ab["arms"].items():
+        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
+        rows.append(f"| {a['title']}, {plural(ab['epochs'], 'epoch')} here, {plural(a['accuracy']['n'], 'seed')} | "
+                    f"{interval_text(a['accuracy'])} | — | {'—' if ms is None else f'{ms:.1f}'} | same clips |")
+    rows += [f"| {name} *(published)* | {figure} | | | {what} |" for name, figure, what in ANCHORS]
+    return rows
+
+
+def markdown(r: dict) -> str:
+    clip, st, cost, ab = r["clip"], r["stream"], r["cost"], r["ablation"]
+    labels = r["model"]["metadata"]["labels"]
+    lines = [f"# rotkws bench report ({r['mode']})", "",
+             f"_Measured {r['date']} on {r['machine']}, commit {r['commit']}, by `rotkws bench"
+             f"{' --quick' if r['mode'] == 'quick' else ''}` in {r['wall_seconds'] / 60:.0f} min. "
+             f"Every figure below comes from this run._", ""]
+    if r["mode"] == "quick":
+        lines += ["**Quick mode: tiny networks, a few training steps and a short stream. These figures "
+                  "check the machinery and mean nothing.**", ""]
+    lines += ["## Headline", ""] + headline_rows(r) + [
+        "", "The published rows are other models on other data (see *data*): they are the field's "
+            "marks, not results of this run.", "",
+        "## Data", "",
+        f"- Held-out test: the `testing` speakers of `speech_commands_v0.02_test_dev` (a salted speaker "
+        f"hash, `app/splits.py`): {clip['n']} clips from {clip['speakers']} speakers, none trained on.",
+        f"- Streaming: {st['hours']:.2f} h in {st['segments']} seeded segments (seeds {st['seeds'][0]}–"
+        f"{st['seeds'][-1]}) of those speakers' keyword and `_unknown_` clips plus wake-word recordings "
+        f"(`wakeword_benchmark_dev`) as non-keyword speech, at {stream.GAP_S[0]:g}–{stream.GAP_S[1]:g} s gaps over "
+        f"`speech_commands_background_noise` at {', '.join(f'{s:g}' for s in stream.SNRS_DB)} dB SNR: "
+        f"{st['keyword_events']} keyword and {st['other_events']} other utterances (clips recur across segments).",
+        f"- Training (section 4): the sources of `training/configs/kws12_cpu.yaml` (`training` split only).", "",
+        f"## 1. Clip accuracy: `{Path(r['model']['path']).name}`", "",
+        f"**{pct(clip['accuracy'])}** on {clip['n']} clips ({clip['skipped_corrupt']} corrupt skipped).", "",
+        "| class | accuracy | clips |", "| --- | ---: | ---: |"]
+    lines += [f"| {lab} | {pct(clip['per_class'][lab])} | {clip['support'][lab]} |" for lab in labels]
+    lines += ["", "![confusion matrix](confusion.png)", "",
+              "## 2. Streaming detection", "",
+              f"The runtime's `KeywordSpotter` as the demo runs it ({1000 * HOP_SECONDS:.0f} ms hops, the "
+              f"detection rules of `app/detection.py`), fed {stream.FEED_SECONDS:g} s at a time; a hit is the "
+              f"right keyword from the clip's start to {stream.HIT_WINDOW_S:g} s after its end, anything else "
+              f"a false accept. Sweep: thresholds {stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.3f}; "
+              f"{st['seconds'] / 60:.1f} min to run.", "",
+              "| operating point | result |", "| --- | --- |"]
+    lines += [f"| ≤ {name} | {point_text(p, st['hours'])} |" for name, p in st["points"].items()]
+    for th in (0.5, 0.7, 0.9):
+        row = min(st["rows"], key=lambda x: abs(x["threshold"] - th))
+        lines.append(f"| threshold {row['threshold']:.2f} | {pct(row['miss_rate'])} missed, "
+                     f"{row['fa_per_hour']:.1f} false accepts/h |")
+    lines += ["", "![DET curve](det.png)", "",
+              "## 3. Cost", "",
+              f"onnxruntime, CPUExecutionProvider; CPU time of this process (every thread counted), median of "
+              f"{cost['rounds']} interleaved rounds over {cost['audio_seconds']:g} s of audio; load average "
+              f"{cost['load_average']:.1f} when it started. Matmul peak {cost['peak_gflops']:.1f} GFLOP/s "
+              f"(one thread, float32, {cost['peak_size']}²); FLOPs counted from the graph's tensors "
+              f"(`benchmarks/bench_runtime.py`).", "",
+              "| | float32 | int8 (dynamic, dense layers) |", "| --- | ---: | ---: |"]
+    f32, i8 = cost["float32"], cost["int8"]
+    lines += [f"| file size | {f32['bytes'] / 1e6:.2f} MB | {i8['bytes'] / 1e6:.2f} MB |",
+              f"| accuracy, held-out speakers | {pct(clip['accuracy'])} | {pct(i8['accuracy'])} |",
+              f"| FLOPs per s of audio, streaming / clip | {f32['flops']['stream'] / 1e6:.1f} M / {f32['flops']['clip'] / 1e6:.1f} M | "
+              f"{i8['flops']['stream'] / 1e6:.1f} M / {i8['flops']['clip'] / 1e6:.1f} M |"]
+    for t in THREADS:
+        for mode, name in (("stream", f"streaming, {1000 * HOP_SECONDS:.0f} ms hops"), ("clip", "one 1 s clip")):
+            lines.append(f"| ms CPU per s of audio, {t} thread{'s' if t > 1 else ''}, {name} | "
+                         f"{f32['ms'][str(t)][mode]:.2f} | {i8['ms'][str(t)][mode]:.2f} |")
+    lines += [f"| × the FLOP floor (1 thread), streaming / clip | {floor_ratio(f32, cost['peak_gflops'], 'stream'):.0f}× / "
+              f"{floor_ratio(f32, cost['peak_gflops'], 'clip'):.0f}× | — |", "",
+              "## 4. The peer and the ablations", "",
+              f"Same data, same budget, same run: each arm trained {plural(ab['epochs'], 'epoch')} "
+              f"(the default model's own run had 60) by `rotkws train` with its config, one thread, "
+              f"{ab['seeds']} seeds (0–{ab['seeds'] - 1}); accuracy of the last weights on the held-out "
+              f"clips above. Interval: Student's t, 95 %. Test: Welch's t-test of each arm against "
+              f"`{ab['reference']}`, significant when Holm-corrected p < {ab['alpha']}.", "",
+              "| arm | weights | accuracy, mean [95 % interval] | per seed | p vs RotRNN | significant | "
+              "matmul FLOPs per s, streaming | ms per s, streaming (ONNX, 1 thread) | training, s per run |",
+              "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    for arm, a in ab["arms"].items():
+        p = a.get("p_vs_reference")
+        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
+        lines.append(f"| {arm}: {a['title']} | {a['parameters']:,} | {interval_text(a['accuracy'])} | "
+                     f"{', '.join(f'{100 * v:.1f}' for v in a['accuracy']['values'])} | "
+                     f"{'—' if p is None else f'{p:.3f}'} | {'—' if p is None else ('yes' if a['significant'] else 'no')} | "
+                     f"{a['flops_per_second']['stream'] / 1e6:.1f} M | {'—' if ms is None else f'{ms:.2f}'} | "
+                     f"{a['train_seconds']:.0f} |")
+    lines += ["", "Streaming cost of a clip model (the DS-CNN) is its 1 s window scored every hop, as "
+              "the spotter runs it; matmul FLOPs are counted by `torch.utils.flop_counter` on the network.",
+              "", "![ablation](ablation.png)", ""]
+    return "\n".join(lines)
+
+
+def write_readme(r: dict, path: Path = README) -> None:
+    """Rewrite the README's `<!-- bench:headline -->` block from this run."""
+    import re
+    body = (f"<!-- bench:headline -->\n_From `rotkws bench`, {r['date']}, {r['machine']}: "
+            f"[bench/report.md](bench/report.md)._\n\n" + "\n".join(headline_rows(r)) + "\n<!-- /bench:headline -->")
+    text = path.read_text()
+    pattern = re.compile(r"<!-- bench:headline -->.*?<!-- /bench:headline -->", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{path} has no <!-- bench:headline --> block to rewrite")
+    path.write_text(pattern.sub(lambda _: body, text))
+
+
+def figures(r: dict, out: Path) -> None:
+    from training.evaluate import save_confusion_png
+    save_confusion_png(r["clip"], r["clip"]["labels"], out / "confusion.png")
+    plots.det_png(r["stream"]["rows"], r["stream"]["hours"], r["stream"]["points"], out / "det.png")
+    plots.ablation_png(r["ablation"]["arms"], out / "ablation.png")
+
+
+def read_report(path: Path) -> dict:
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ClipError(f"--render {path}: not a readable report.json ({e})") from None
+    if not isinstance(report, dict) or not {"mode", "clip", "stream", "cost", "ablation"} <= set(report):
+        raise ClipError(f"--render {path}: not a report.json written by rotkws bench")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    out = Path(args.out)
+    try:
+        report = read_report(Path(args.render)) if args.render else run(args)
+    except (ClipError, ModelError) as e:
+        print(f"rotkws bench: {e}", file=sys.stderr)
+        return 2
+    args.quick = report["mode"] == "quick"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    (out / "report.md").write_text(markdown(report))
+    figures(report, out)
+    if not args.quick and not args.no_readme and out.resolve() == BENCH_DIR.resolve():
+        write_readme(report)
+    log(f"wrote {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Streaming detection on long seeded streams of held-out speakers: miss rate against false
+accepts per hour over a threshold sweep (a DET curve), the runtime's spotter run as the demo
+runs it.
+
+A stream is cut into segments of `SEGMENT_MINUTES` (each its own seed, a fresh spotter): every
+clip of the held-out split (keywords and `_unknown_` words) plus wake-word recordings
+(non-keyword speech), in random order, at random gaps, over background noise at several SNRs.
+A detection is a hit when its keyword is the clip's and it comes between the clip's start and
+HIT_WINDOW_S after its end; every other detection is a false accept.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
+from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
+from app.splits import speaker_split
+from app.spotter import KeywordModel, KeywordSpotter
+
+KEYWORD_FOLDER = "speech_commands_v0.02_test_dev"   # keywords and `_unknown_` words, by speaker
+WAKEWORD_FOLDER = "wakeword_benchmark_dev"          # non-keyword speech: "alexa", "snowboy"
+NOISE_FOLDER = "speech_commands_background_noise"
+GAP_S = (1.0, 4.0)            # silence between clips, uniform
+SNRS_DB = (20.0, 10.0, 5.0)   # speech-to-noise ratios, in turn
+HIT_WINDOW_S = 1.0            # a detection up to this long after the clip's end still counts
+WAKEWORD_CLIPS = 120          # wake-word recordings drawn into each segment's clip pool
+SEGMENT_MINUTES = 30.0        # one seeded stream; longer runs are several segments
+FEED_SECONDS = 1.0            # audio handed to the spotter per call
+THRESHOLDS = np.round(np.arange(0.30, 0.9995, 0.005), 3)
+
+
+@dataclass
+class Event:
+    label: str       # the clip's label; only keywords can be hit
+    start_s: float
+    end_s: float
+
+
+def held_out_clips(data: Path, labels, split: str, rng) -> list[tuple[np.ndarray, str]]:
+    """The split's keyword and `_unknown_` clips (no `_silence_`), plus WAKEWORD_CLIPS wake-word
+    recordings as `_unknown_`: (audio, label) at 16 kHz."""
+    clips = [c for c in list_clips(data / KEYWORD_FOLDER, labels)
+             if c.label != SILENCE and speaker_split(c.speaker) == split]
+    if not clips:
+        raise ClipError(f"no {split} clips in {data / KEYWORD_FOLDER}")
+    out = [(read_audio(c.path)[0], c.label) for c in clips]
+    wake = sorted((data / WAKEWORD_FOLDER).glob("*/*"))
+    for path in rng.permutation(np.array(wake, dtype=object))[:WAKEWORD_CLIPS]:
+        try:
+            audio, rate = read_audio(path)
+        except ClipError:
+            continue                                    # two of these files do not decode
+        if rate == 16_000:
+            out.append((audio, UNKNOWN))
+    return out
+
+
+def noise_bed(data: Path, samples: int, rng) -> np.ndarray:
+    files = sorted((data / NOISE_FOLDER).glob("*.wav"))
+    noise = np.concatenate([read_audio(f)[0] for f in files])
+    start = rng.integers(0, len(noise) - 16_000, size=samples // 16_000 + 1)
+    bed = np.concatenate([noise[s:s + 16_000] for s in start])[:samples]
+    return bed / (np.sqrt(np.mean(bed ** 2)) + 1e-9)        # unit RMS
+
+
+def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000):
+    """(stream float32, [Event]): clips at random gaps, each over noise at its SNR."""
+    order, gaps, t = [], [], 0
+    while t < minutes * 60 * rate:
+        for i in rng.permutation(len(clips)):
+            order.append(i)
+            gaps.append(int(rng.uniform(*GAP_S) * rate))
+            t += gaps[-1] + len(clips[i][0])
+            if t >= minutes * 60 * rate:
+                break
+    bed = noise_bed(data, t + rate, rng)
+    stream, pos, events = np.zeros(t + rate, np.float32), 0, []
+    lead = int(GAP_S[0] * rate)
+    for k, (i, gap) in enumerate(zip(order, gaps)):
+        audio, label = clips[i]
+        pos += gap
+        speech_rms = np.sqrt(np.mean(audio ** 2)) + 1e-9
+        stream[pos:pos + len(audio)] += audio
+        noise_rms = speech_rms / 10 ** (SNRS_DB[k % len(SNRS_DB)] / 20)
+        stream[pos - lead:pos + len(audio)] += noise_rms * bed[pos - lead:pos + len(audio)]
+        events.append(Event(label, pos / rate, (pos + len(audio)) / rate))
+        pos += len(audio)
+    return np.clip(stream[:pos + rate], -1, 1), events
+
+
+def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, scores) of the spotter over the stream, fed FEED_SECONDS at a time as live audio."""
+    spotter = KeywordSpotter(model)
+    step = int(FEED_SECONDS * model.sample_rate)
+    parts = [spotter.process(stream[i:i + step], model.sample_rate) for i in range(0, len(stream), step)]
+    return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
+
+
+def score(detections, events, keywords) -> tuple[int, int, int]:
+    """(keyword events, misses, false accepts)."""
+    targets = [e for e in events if e.label in keywords]
+    starts = np.array([e.start_s for e in targets])
+    hit, false = set(), 0
+    for d in detections:
+        first = int(np.searchsorted(starts, d.time_s - 60.0))     # no clip is a minute long
+        match = [i for i in range(first, len(targets)) if targets[i].start_s <= d.time_s
+                 and targets[i].label == d.keyword and d.time_s <= targets[i].end_s + HIT_WINDOW_S
+                 and i not in hit]
+        if match:
+            hit.add(match[0])
+        else:
+            false += 1
+    return len(targets), len(targets) - len(hit), false
+
+
+def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds):
+    """{threshold: detections}, each exactly what `detect(times, scores, …)` gives with the
+    runtime's smoothing, run length and refractory time at that threshold, in less time: the
+    rows are smoothed once, and each threshold keeps only the rows where a keyword reaches it,
+    with one zero row for every run of dropped ones (a row below the threshold only resets the
+    run, however many there are)."""
+    smooth = moving_average(np.asarray(scores, np.float64), SMOOTHING_HOPS, np.zeros((0, len(labels))))
+    columns = [list(labels).index(k) for k in keywords]
+    best = smooth[:, columns].max(1)
+    out = {}
+    for th in thresholds:
+        keep = np.flatnonzero(best >= th)
+        gap = np.diff(keep, prepend=-2) > 1                       # a dropped run before this row
+        rows = np.zeros((len(keep) + int(gap.sum()), len(labels)))
+        at = np.arange(len(keep)) + np.cumsum(gap)                 # kept rows after their zero rows
+        rows[at] = smooth[keep]
+        t = np.zeros(len(rows))
+        t[at] = times[keep]
+        t[at[gap] - 1] = times[keep[gap]] - 1e-9                    # a zero row: just before
+        out[float(th)] = detect(t, rows, labels, keywords, smoothing=1, min_hops=MIN_HOPS,
+                                refractory_s=REFRACTORY_S, threshold=float(th))
+    return out
+
+
+def operating_point(rows: list[dict], fa_per_hour: float) -> dict | None:
+    """The sweep row with the fewest misses among those at or under `fa_per_hour`."""
+    ok = [r for r in rows if r["fa_per_hour"] <= fa_per_hour]
+    return min(ok, key=lambda r: (r["miss_rate"], r["threshold"])) if ok else None
+
+
+def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
+        thresholds=THRESHOLDS) -> dict:
+    """Run the spotter over `hours` of stream (segments of SEGMENT_MINUTES, seeds seed, seed+1,
+    …) and sweep the thresholds: {"rows": [{threshold, miss_rate, fa_per_hour, …}], "hours",
+    "keyword_events", "other_events", "segments", "seeds"}."""
+    totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
+    seconds, n_other, segments = 0.0, 0, 0
+    remaining = hours * 60
+    while remaining > 1e-9:
+        minutes = min(SEGMENT_MINUTES, remaining)
+        rng = np.random.default_rng(seed + segments)
+        stream, events = build_stream(held_out_clips(data, model.labels, split, rng), minutes, data, rng)
+        times, scores = score_track(model, stream)
+        for th, dets in sweep_detections(times, scores, model.labels, model.keywords, thresholds).items():
+            totals[th] += score(dets, events, model.keywords)
+        n_other += sum(e.label not in model.keywords for e in events)
+        seconds += len(stream) / model.sample_rate
+        remaining -= minutes
+        segments += 1
+    hours_run = seconds / 3600
+    rows = [{"threshold": th, "keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
+             "miss_rate": m / max(1, n), "fa_per_hour": f / hours_run} for th, (n, m, f) in totals.items()]
+    return {"rows": rows, "hours": hours_run, "keyword_events": int(rows[0]["keyword_events"]),
+            "other_events": n_other, "segments": segments, "seeds": list(range(seed, seed + segments)),
+            "split": split}

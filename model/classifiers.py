@@ -1,0 +1,65 @@
+"""Which classifier a model config builds, and checkpoints that rebuild either kind.
+
+A model config is a plain dict: one config dataclass's fields plus `arch`, which names the
+network — "rotrnn" (RotRNNConfig → RotRNNClassifier; the default when `arch` is absent, as in
+every checkpoint written before there was a choice) or "dscnn" (CNNConfig → DSCNN). Both
+networks keep one contract: `net(audio, state) -> (logits, state_out)`, `net.cfg` with labels,
+sample_rate, frontend_stride and bidirectional (True: a clip classifier, no state).
+"""
+from torch import nn
+
+from .cnn import DSCNN, CNNConfig
+from .network import CHECKPOINT_KEY, STATE_PREFIX, RotRNNClassifier, RotRNNConfig
+
+ARCHS = {"rotrnn": (RotRNNConfig, RotRNNClassifier), "dscnn": (CNNConfig, DSCNN)}
+DEFAULT_ARCH = "rotrnn"
+
+
+def check_arch(arch: str) -> str:
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be {' or '.join(ARCHS)}, got {arch!r}")
+    return arch
+
+
+def config_class(arch: str = DEFAULT_ARCH) -> type:
+    """The config dataclass whose fields a model config of this arch holds."""
+    return ARCHS[check_arch(arch)][0]
+
+
+def build_classifier(config: dict) -> nn.Module:
+    """{"arch": ..., **config fields} → a fresh network (arch absent: a RotRNN)."""
+    config = dict(config)
+    config_cls, net_cls = ARCHS[check_arch(config.pop("arch", DEFAULT_ARCH))]
+    return net_cls(config_cls(**config))
+
+
+def classifier_arch(net: nn.Module) -> str:
+    for arch, (_, net_cls) in ARCHS.items():
+        if isinstance(net, net_cls):
+            return arch
+    raise TypeError(f"expected one of {', '.join(c.__name__ for _, c in ARCHS.values())}, "
+                    f"got {type(net).__name__}")
+
+
+def classifier_config(net: nn.Module) -> dict:
+    """The plain dict that build_classifier rebuilds `net` from: its arch and config."""
+    return {"arch": classifier_arch(net), **net.cfg.to_dict()}
+
+
+def checkpoint_payload(net: nn.Module, **meta) -> dict:
+    """What a checkpoint must hold so that loading rebuilds the network without guessing:
+    {"rotkws": {"config": {"arch": ..., ...}, **meta}, "state_dict": {"net.<name>": tensor}}.
+    Plain types only, so `torch.load(..., weights_only=True)` reads it."""
+    return {CHECKPOINT_KEY: {"config": classifier_config(net), **meta},
+            "state_dict": {STATE_PREFIX + k: v for k, v in net.state_dict().items()}}
+
+
+def classifier_from_checkpoint(ckpt: dict) -> nn.Module:
+    """Rebuild a classifier (either arch) from a loaded checkpoint dict (see checkpoint_payload)."""
+    if CHECKPOINT_KEY not in ckpt:
+        raise ValueError(f"not a rotkws checkpoint: no {CHECKPOINT_KEY!r} entry "
+                         f"(keys: {sorted(ckpt)[:8]})")
+    net = build_classifier(ckpt[CHECKPOINT_KEY]["config"])
+    weights = {k[len(STATE_PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(STATE_PREFIX)}
+    net.load_state_dict(weights)
+    return net
