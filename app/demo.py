@@ -146,16 +146,27 @@ def wire(model: KeywordModel, session: gr.State, ui: SimpleNamespace) -> None:
     ui.clear.click(bind(on_clear), inputs, outputs, api_name="clear")
 
 
-def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR):
-    """A FastAPI app serving `web_dir` at /web (when it exists), the bundled models beside it at
-    /models (where the page at /web/ looks: ../models/kws12.onnx) and the Gradio page at /."""
-    from fastapi import FastAPI
+def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR, model_path: Path | None = None):
+    """A FastAPI app serving `web_dir` at /web (when it exists), the Gradio page at /, and at
+    /models/NAME the bundled models and the demo's own model (`model_path`, under its file
+    name: the page at /web/?model=../models/NAME runs the same model as the server). Only
+    those files: never the rest of a folder a model happens to sit in."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import FileResponse
     from fastapi.staticfiles import StaticFiles
 
     app = FastAPI()
     if web_dir.is_dir():
         app.mount("/web", StaticFiles(directory=web_dir, html=True), name="web")
-        app.mount("/models", StaticFiles(directory=DEFAULT_MODEL.parent), name="models")
+        served = {p.name: p for p in DEFAULT_MODEL.parent.glob("*.onnx")}
+        if model_path is not None:
+            served[Path(model_path).name] = Path(model_path)
+
+        @app.get("/models/{name}")
+        def model_file(name: str):
+            if name not in served:
+                raise HTTPException(404, f"no model {name!r} here; served: {sorted(served)}")
+            return FileResponse(served[name], media_type="application/octet-stream")
     return gr.mount_gradio_app(app, demo.queue(), path="/", max_file_size=MAX_FILE_BYTES, css=CSS,
                                footer_links=["api", "gradio"], ssr_mode=False)
 
@@ -181,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as e:
         print(f"rotkws demo: {e}", file=sys.stderr)
         return 2
-    app = build_app(build_demo(model))
+    app = build_app(build_demo(model), model_path=model.path)
     print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)
+    if WEB_DIR.is_dir():
+        query = "" if model.path == DEFAULT_MODEL else f"?model=../models/{model.path.name}"
+        print(f"rotkws demo: the in-browser runtime (no server round trip) at "
+              f"http://{args.host}:{args.port}/web/{query}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -243,6 +243,12 @@ def pct(x) -> str:
     return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f} %"
 
 
+def recipe_epochs() -> int:
+    """The default model's training budget, as its config file says."""
+    from training.config import load_config
+    return load_config(ablation.CONFIGS / ablation.ARMS[ablation.REFERENCE].config).trainer.max_epochs
+
+
 def size_text(cost: dict) -> str:
     if cost["weights"] is not None:
         return f"{cost['weights']:,} weights"
@@ -306,7 +312,7 @@ def markdown(r: dict) -> str:
         f"(`wakeword_benchmark_dev`) as non-keyword speech, at {stream.GAP_S[0]:g}–{stream.GAP_S[1]:g} s gaps over "
         f"`speech_commands_background_noise` at {', '.join(f'{s:g}' for s in stream.SNRS_DB)} dB SNR: "
         f"{st['keyword_events']} keyword and {st['other_events']} other utterances (clips recur across segments).",
-        f"- Training (section 4): the sources of `training/configs/kws12_cpu.yaml` (`training` split only).", "",
+        "- Training (section 4): the sources of `training/configs/kws12_cpu.yaml` (`training` split only).", "",
         f"## 1. Clip accuracy: `{Path(r['model']['path']).name}`", "",
         f"**{pct(clip['accuracy'])}** on {clip['n']} clips ({clip['skipped_corrupt']} corrupt skipped).", "",
         "| class | accuracy | clips |", "| --- | ---: | ---: |"]
@@ -345,7 +351,7 @@ def markdown(r: dict) -> str:
               f"{floor_ratio(f32, cost['peak_gflops'], 'clip'):.0f}× | — |", "",
               "## 4. The peer and the ablations", "",
               f"Same data, same budget, same run: each arm trained {plural(ab['epochs'], 'epoch')} "
-              f"(the default model's own run had 60) by `rotkws train` with its config, one thread, "
+              f"({recipe_epochs()} in the default model's recipe) by `rotkws train` with its config, one thread, "
               f"{ab['seeds']} seeds (0–{ab['seeds'] - 1}); accuracy of the last weights on the held-out "
               f"clips above. Interval: Student's t, 95 %. Test: Welch's t-test of each arm against "
               f"`{ab['reference']}`, significant when Holm-corrected p < {ab['alpha']}.", "",

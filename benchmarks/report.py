@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-HEADER = "# Benchmarks\n\nEvery figure here was written by a script under `benchmarks/` (named in its section).\n"
+HEADER = ("# Benchmarks\n\nEvery figure here was written by a script under `benchmarks/` (named in its section). "
+          "Accuracy,\nstreaming detection (DET), cost per model and the peer/ablation comparison are in\n"
+          "[bench/report.md](bench/report.md), written by `rotkws bench`.\n")
 
 
 def machine() -> str:

@@ -104,9 +104,9 @@ def score(detections, events, keywords) -> tuple[int, int, int]:
     hit, false = set(), 0
     for d in detections:
         first = int(np.searchsorted(starts, d.time_s - 60.0))     # no clip is a minute long
-        match = [i for i in range(first, len(targets)) if targets[i].start_s <= d.time_s
-                 and targets[i].label == d.keyword and d.time_s <= targets[i].end_s + HIT_WINDOW_S
-                 and i not in hit]
+        last = int(np.searchsorted(starts, d.time_s, side="right"))   # clips begun by then
+        match = [i for i in range(first, last) if targets[i].label == d.keyword
+                 and d.time_s <= targets[i].end_s + HIT_WINDOW_S and i not in hit]
         if match:
             hit.add(match[0])
         else:

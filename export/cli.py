@@ -14,10 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import torch
 
-from model import classifier_from_checkpoint
-from model.network import CHECKPOINT_KEY
+from model.classifiers import load_checkpoint
 
 from .onnx import MAX_SAMPLES, ExportError, export_onnx, set_metadata
 from .verify import VerificationError
@@ -37,17 +35,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-samples", type=int, default=MAX_SAMPLES,
                    help=f"longest single call the graph accepts (default {MAX_SAMPLES} = 1 s)")
     return p.parse_args(argv)
-
-
-def load_checkpoint(path: Path):
-    """(network in eval mode, the checkpoint's rotkws entry)."""
-    if not path.is_file():
-        raise ValueError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:   # a file that is not a checkpoint raises many kinds of errors
-        raise ValueError(f"{path}: not a readable checkpoint: {e}") from None
-    return classifier_from_checkpoint(ckpt).eval(), ckpt[CHECKPOINT_KEY]
 
 
 def provenance(entry: dict) -> dict:

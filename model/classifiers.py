@@ -6,6 +6,9 @@ every checkpoint written before there was a choice) or "dscnn" (CNNConfig → DS
 networks keep one contract: `net(audio, state) -> (logits, state_out)`, `net.cfg` with labels,
 sample_rate, frontend_stride and bidirectional (True: a clip classifier, no state).
 """
+from pathlib import Path
+
+import torch
 from torch import nn
 
 from .cnn import DSCNN, CNNConfig
@@ -63,3 +66,19 @@ def classifier_from_checkpoint(ckpt: dict) -> nn.Module:
     weights = {k[len(STATE_PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(STATE_PREFIX)}
     net.load_state_dict(weights)
     return net
+
+
+def load_checkpoint(path) -> tuple[nn.Module, dict]:
+    """(the checkpoint file's classifier in eval mode, its rotkws entry); ValueError naming the
+    file when it is missing, unreadable or not a rotkws checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:   # a file that is not a checkpoint raises many kinds of errors
+        raise ValueError(f"{path}: not a readable checkpoint: {e}") from None
+    try:
+        return classifier_from_checkpoint(ckpt).eval(), ckpt[CHECKPOINT_KEY]
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

@@ -376,3 +376,21 @@ def test_demo_serves_the_page_at_web(demo_client):
 def test_demo_serves_the_model_where_the_page_looks(demo_client):
     r = demo_client.get("/models/kws12.onnx")   # /web/ + ../models/kws12.onnx
     assert r.status_code == 200 and r.content == default_model().read_bytes()
+
+
+def test_demo_serves_its_own_model_and_no_other_file(request, tmp_path):
+    """`rotkws demo --model M`: the page can load M at ../models/<M's name>; the folder M sits in
+    is not exposed."""
+    from fastapi.testclient import TestClient
+
+    from app.demo import build_app, build_demo
+    path = exported("filterbank", request.config.cache.mkdir("rotkws-onnx"), **META)[1]
+    mine = tmp_path / "mine.onnx"
+    mine.write_bytes(path.read_bytes())
+    (tmp_path / "secret.txt").write_text("not for the web")
+    with TestClient(build_app(build_demo(KeywordModel(mine)), model_path=mine)) as client:
+        r = client.get("/models/mine.onnx")
+        assert r.status_code == 200 and r.content == mine.read_bytes()
+        assert client.get("/models/kws12.onnx").content == default_model().read_bytes()
+        for name in ("secret.txt", "..%2Fsecret.txt", "MODEL_CARD.md"):
+            assert client.get(f"/models/{name}").status_code == 404, name

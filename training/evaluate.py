@@ -16,7 +16,7 @@ from torch import nn
 
 from app.clips import ClipError, list_clips
 from app.evaluate import summarise
-from model import classifier_from_checkpoint
+from model.classifiers import load_checkpoint
 
 from .data import folder_splits, read_clips
 
@@ -38,16 +38,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def load_network(path: Path) -> nn.Module:
     """The checkpoint's classifier (either arch: model/classifiers.py), in eval mode."""
-    if not path.is_file():
-        raise ClipError(f"checkpoint {path} does not exist")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:   # a pickle that is not a checkpoint raises many kinds of errors
-        raise ClipError(f"{path}: not a readable checkpoint: {e}") from None
-    try:
-        return classifier_from_checkpoint(ckpt).eval()
+        return load_checkpoint(path)[0]
     except ValueError as e:
-        raise ClipError(f"{path}: {e}") from None
+        raise ClipError(str(e)) from None
 
 
 def select_clips(folder: Path, labels, split: str):
