@@ -89,6 +89,14 @@ def logged_keywords(log: str) -> list[str]:
     return re.findall(r"t=\s*[\d.]+ s\s+(\S+)", log)
 
 
+def logged_scores(log: str) -> dict[str, list[float]]:
+    """{keyword: [score, …]} of the detection log's lines."""
+    out: dict[str, list[float]] = {}
+    for keyword, score in re.findall(r"t=\s*[\d.]+ s\s+(\S+)\s+([\d.]+)", log):
+        out.setdefault(keyword, []).append(float(score))
+    return out
+
+
 def wait_for_log(page, text: str) -> str:
     page.wait_for_function("([sel, text]) => document.querySelector(sel).value.includes(text)",
                            arg=["#detections textarea", text], timeout=DETECT_TIMEOUT_MS)
@@ -99,8 +107,12 @@ def test_microphone_stream_detects_the_spoken_keyword(page, clip):
     keyword = clip.parent.name
     page.locator("#mic").get_by_role("button", name="Record").click()
     log = wait_for_log(page, f"s  {keyword}")
-    first = logged_keywords(log)[-1]                       # the log is newest first
-    assert first == keyword, f"the page logged {log!r}; expected {keyword!r} first"
+    # the word, heard through Chromium's own processing of the microphone (gain control, noise
+    # suppression), must be the page's surest detection; at its onset a weaker other keyword can
+    # pass the threshold first (measured: "go" 0.61 before "stop" 0.95)
+    scores = logged_scores(log)
+    assert max(scores[keyword]) > max((max(v) for k, v in scores.items() if k != keyword), default=0), \
+        f"the page logged {log!r}; expected {keyword!r} as its surest detection"
     latency = page.locator("#latency").inner_text()
     assert "kHz" in latency and "real time" in latency, latency
     scores = page.locator("#scores").inner_text()
