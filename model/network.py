@@ -216,7 +216,8 @@ class RotRNNClassifier(nn.Module):
         return torch.zeros(batch, self.state_size)
 
     def recurrent_parameters(self) -> list[nn.Parameter]:
-        """B, C, D, γ, θ of every RotRNN layer: their own optimiser group (no weight decay)."""
+        """Every recurrent layer's own (RotRNN: B, C, D, γ, θ; LRU: ν, φ, γ, B, C, D): their own
+        optimiser group (no weight decay)."""
         return [p for block in self.blocks for p in block.rnn.recurrent_parameters()]
 
     def state_norms(self) -> list[float]:
