@@ -179,7 +179,8 @@ def run(args) -> dict:
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), "commit": git_commit(),
               "mode": "quick" if args.quick else "full", "data": str(data), "python": platform.python_version()}
     path = model_path(args, out)
-    report["model"] = {"path": str(path), "metadata": KeywordModel(path).meta | {"labels": list(KeywordModel(path).labels)}}
+    model = KeywordModel(path)
+    report["model"] = {"path": str(path), "metadata": model.meta | {"labels": list(model.labels)}}
 
     log(f"1. clip accuracy of {path.name} on the held-out speakers")
     report["clip"] = clip_accuracy(path, data)
@@ -195,7 +196,6 @@ def run(args) -> dict:
     report["cost"]["int8"]["accuracy"] = clip_accuracy(int8, data)["accuracy"]
 
     log(f"2. streaming detection over {args.stream_hours:g} h")
-    model = KeywordModel(path)
     t = time.monotonic()
     sweep = stream.det(model, data, "testing", args.stream_hours, seed=0)
     sweep["seconds"] = time.monotonic() - t

@@ -8,6 +8,7 @@ clip of the held-out split (keywords and `_unknown_` words) plus wake-word recor
 A detection is a hit when its keyword is the clip's and it comes between the clip's start and
 HIT_WINDOW_S after its end; every other detection is a false accept.
 """
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,18 +38,18 @@ class Event:
     end_s: float
 
 
-def held_out_clips(data: Path, labels, split: str, rng) -> list[tuple[np.ndarray, str]]:
+def held_out_clips(data: Path, labels, split: str, rng, read=read_audio) -> list[tuple[np.ndarray, str]]:
     """The split's keyword and `_unknown_` clips (no `_silence_`), plus WAKEWORD_CLIPS wake-word
-    recordings as `_unknown_`: (audio, label) at 16 kHz."""
+    recordings as `_unknown_`: (audio, label) at 16 kHz. `read(path) -> (audio, rate)`."""
     clips = [c for c in list_clips(data / KEYWORD_FOLDER, labels)
              if c.label != SILENCE and speaker_split(c.speaker) == split]
     if not clips:
         raise ClipError(f"no {split} clips in {data / KEYWORD_FOLDER}")
-    out = [(read_audio(c.path)[0], c.label) for c in clips]
+    out = [(read(c.path)[0], c.label) for c in clips]
     wake = sorted((data / WAKEWORD_FOLDER).glob("*/*"))
     for path in rng.permutation(np.array(wake, dtype=object))[:WAKEWORD_CLIPS]:
         try:
-            audio, rate = read_audio(path)
+            audio, rate = read(path)
         except ClipError:
             continue                                    # two of these files do not decode
         if rate == 16_000:
@@ -56,15 +57,15 @@ def held_out_clips(data: Path, labels, split: str, rng) -> list[tuple[np.ndarray
     return out
 
 
-def noise_bed(data: Path, samples: int, rng) -> np.ndarray:
+def noise_bed(data: Path, samples: int, rng, read=read_audio) -> np.ndarray:
     files = sorted((data / NOISE_FOLDER).glob("*.wav"))
-    noise = np.concatenate([read_audio(f)[0] for f in files])
+    noise = np.concatenate([read(f)[0] for f in files])
     start = rng.integers(0, len(noise) - 16_000, size=samples // 16_000 + 1)
     bed = np.concatenate([noise[s:s + 16_000] for s in start])[:samples]
     return bed / (np.sqrt(np.mean(bed ** 2)) + 1e-9)        # unit RMS
 
 
-def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000):
+def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000, read=read_audio):
     """(stream float32, [Event]): clips at random gaps, each over noise at its SNR."""
     order, gaps, t = [], [], 0
     while t < minutes * 60 * rate:
@@ -74,7 +75,7 @@ def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000):
             t += gaps[-1] + len(clips[i][0])
             if t >= minutes * 60 * rate:
                 break
-    bed = noise_bed(data, t + rate, rng)
+    bed = noise_bed(data, t + rate, rng, read)
     stream, pos, events = np.zeros(t + rate, np.float32), 0, []
     lead = int(GAP_S[0] * rate)
     for k, (i, gap) in enumerate(zip(order, gaps)):
@@ -152,10 +153,12 @@ def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
     totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
     seconds, n_other, segments = 0.0, 0, 0
     remaining = hours * 60
+    read = functools.cache(read_audio)            # every segment draws from the same files
     while remaining > 1e-9:
         minutes = min(SEGMENT_MINUTES, remaining)
         rng = np.random.default_rng(seed + segments)
-        stream, events = build_stream(held_out_clips(data, model.labels, split, rng), minutes, data, rng)
+        clips = held_out_clips(data, model.labels, split, rng, read)
+        stream, events = build_stream(clips, minutes, data, rng, read=read)
         times, scores = score_track(model, stream)
         for th, dets in sweep_detections(times, scores, model.labels, model.keywords, thresholds).items():
             totals[th] += score(dets, events, model.keywords)

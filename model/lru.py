@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .rotrnn import DiagonalRecurrence
+from .rotrnn import DiagonalRecurrence, bidirectional_reference
 
 
 class LRU(DiagonalRecurrence):
@@ -67,11 +67,7 @@ class LRU(DiagonalRecurrence):
 
 def lru_reference(layer: LRU, u: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """The same layer as a complex loop over time, for tests only."""
-    y, state_out = _loop(layer, u, state)
-    if layer.reverse is None:
-        return y, state_out
-    y_rev, _ = _loop(layer.reverse, u.flip(1), None)
-    return y + y_rev.flip(1), None
+    return bidirectional_reference(_loop, layer, u, state)
 
 
 def _loop(layer: LRU, u: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:

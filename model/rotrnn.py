@@ -187,10 +187,16 @@ def rotrnn_reference(layer: RotRNN, u: Tensor, state: Tensor | None = None) -> t
     2. x_t = A_h x_{t−1} + ξ_h B_h u_t
     3. y_t = C x_t + D ⊙ u_t
     """
-    y, state_out = _reference_loop(layer, u, state)
+    return bidirectional_reference(_reference_loop, layer, u, state)
+
+
+def bidirectional_reference(loop, layer: DiagonalRecurrence, u: Tensor, state: Tensor | None):
+    """`loop(layer, u, state)` forward, plus `loop` over the reversed sequence in `layer.reverse`
+    when the layer is bidirectional (then no state out): what `layer(u, state)` computes."""
+    y, state_out = loop(layer, u, state)
     if layer.reverse is None:
         return y, state_out
-    y_rev, _ = _reference_loop(layer.reverse, u.flip(1), None)
+    y_rev, _ = loop(layer.reverse, u.flip(1), None)
     return y + y_rev.flip(1), None
 
 
