@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .logmel import FRAME, HOP, N_MELS, PIXEL_MEAN, PIXEL_STD, SAMPLE_RATE, LogMelPixels
 from .lru import LRU
 from .rotrnn import RotRNN
 
-SAMPLE_RATE = 16_000  # Hz: every model in this project reads 16 kHz mono audio
+FRONTENDS = ("linear", "conv", "filterbank", "logmel")
 
 
 @dataclass
@@ -37,7 +38,9 @@ class RotRNNConfig:
     max_phase: float = 2 * math.pi            # θ ~ U[0, max_phase)
     frontend: str = "linear"                  # "linear": 1 → d_model per sample (the paper);
                                               # "conv": strided learned conv; "filterbank": learned
-                                              # complex filterbank → log power → d_model
+                                              # complex filterbank → log power → d_model;
+                                              # "logmel": the image corpus's fixed log-mel pixels
+                                              # (model/logmel.py) → d_model; it sets stride/kernel
     frontend_stride: int = 1                  # samples per RotRNN step
     frontend_kernel: int = 1                  # samples each step sees (≥ stride)
     frontend_filters: int = 40                # filterbank channels ("filterbank" only)
@@ -48,7 +51,7 @@ class RotRNNConfig:
                                               # constant offset swamps them (64 clips, 40 steps:
                                               # loss 2.2 without, 0.04 with "frame")
     pool_seconds: float = 0.5                 # time constant of the causal EMA pooling
-    mask_bands: int = 0                       # training only ("filterbank"): SpecAugment-style,
+    mask_bands: int = 0                       # training only ("filterbank", "logmel"): SpecAugment,
     mask_frames: int = 0                      # zero 2 random spans of ≤ this many bands / frames
 
     def __post_init__(self):
@@ -59,8 +62,13 @@ class RotRNNConfig:
             raise ValueError(f"frontend_norm must be none, frame or batch, got {self.frontend_norm!r}")
         if self.layer not in ("rotrnn", "lru"):
             raise ValueError(f"layer must be rotrnn or lru, got {self.layer!r}")
-        if self.frontend not in ("linear", "conv", "filterbank"):
-            raise ValueError(f"frontend must be linear, conv or filterbank, got {self.frontend!r}")
+        if self.frontend not in FRONTENDS:
+            raise ValueError(f"frontend must be {', '.join(FRONTENDS)}, got {self.frontend!r}")
+        if self.frontend == "logmel":
+            if (self.frontend_stride, self.frontend_kernel) not in ((1, 1), (HOP, FRAME)):
+                raise ValueError(f"the logmel front-end fixes stride {HOP} and kernel {FRAME}, got "
+                                 f"{self.frontend_stride} and {self.frontend_kernel}")
+            self.frontend_stride, self.frontend_kernel = HOP, FRAME
         if self.frontend == "linear" and (self.frontend_stride, self.frontend_kernel) != (1, 1):
             raise ValueError("the linear front-end reads one sample per step: stride = kernel = 1")
         if self.frontend_kernel < self.frontend_stride:
@@ -70,6 +78,11 @@ class RotRNNConfig:
     @property
     def n_classes(self) -> int:
         return len(self.labels)
+
+    @property
+    def reads_pixels(self) -> bool:
+        """True when the network can be fed the log-mel image corpus (`forward_features`)."""
+        return self.frontend == "logmel"
 
     @property
     def frame_rate(self) -> float:
@@ -126,7 +139,10 @@ class BandNorm(nn.BatchNorm1d):
 
 
 class Frontend(nn.Module):
-    """Raw samples → (B, T, d_model) with T = samples / stride; keeps `kernel − stride` samples."""
+    """Raw samples → (B, T, d_model) with T = samples / stride; keeps `kernel − stride` samples.
+
+    The "logmel" kind splits in two: `features` (audio → the corpus's pixels, fixed) and `embed`
+    (pixels → d_model, learned), so that training can feed the image corpus in between."""
 
     def __init__(self, cfg: RotRNNConfig):
         super().__init__()
@@ -139,6 +155,9 @@ class Frontend(nn.Module):
             self.proj = nn.Linear(cfg.frontend_filters, cfg.d_model)
             self.norm = {"none": nn.Identity, "frame": nn.LayerNorm,
                          "batch": BandNorm}[cfg.frontend_norm](cfg.frontend_filters)
+        elif self.kind == "logmel":
+            self.logmel = LogMelPixels()
+            self.proj = nn.Linear(N_MELS, cfg.d_model)
         else:
             self.conv = nn.Conv1d(1, cfg.d_model, self.kernel, self.stride)
 
@@ -149,6 +168,8 @@ class Frontend(nn.Module):
         if tail is None:
             tail = audio.new_zeros(audio.shape[0], self.tail)
         x = torch.cat([tail, audio], 1)                                   # (B, tail + S)
+        if self.kind == "logmel":
+            return self.embed(self.logmel(x)), x[:, x.shape[1] - self.tail:]
         h = self.conv(x.unsqueeze(1))                                     # (B, channels, T)
         if self.kind == "filterbank":
             re, im = h.chunk(2, 1)
@@ -159,6 +180,13 @@ class Frontend(nn.Module):
         else:
             h = h.transpose(1, 2)
         return h, x[:, x.shape[1] - self.tail:]
+
+    def embed(self, pixels: Tensor) -> Tensor:
+        """"logmel": (B, T, N_MELS) pixels in [0, 255] → (B, T, d_model), masked when training."""
+        feats = (pixels - PIXEL_MEAN) / PIXEL_STD
+        if self.training and (self.mask_bands or self.mask_frames):
+            feats = spec_mask(spec_mask(feats, self.mask_bands, 2), self.mask_frames, 1)
+        return self.proj(feats)
 
 
 class Block(nn.Module):
@@ -234,15 +262,29 @@ class RotRNNClassifier(nn.Module):
             b.rnn.freeze(max_samples // self.cfg.frontend_stride)
 
     def forward(self, audio: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        parts = self._split(state, audio.shape[0])
+        h, tail = self.frontend(audio, parts[0])                              # (B, T, d)
+        return self._body(h, tail, parts)
+
+    def forward_features(self, pixels: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """The network after its fixed log-mel stage ("logmel" front-end only).
+
+        pixels: (B, T, N_MELS) in [0, 255] at 100 frames per second, as the image corpus holds
+        them and `frontend.logmel` computes them from audio. The state's front-end tail (audio
+        samples) passes through unchanged; zeros when no state comes in.
+        """
+        if not self.cfg.reads_pixels:
+            raise ValueError(f"forward_features needs the logmel front-end, not {self.cfg.frontend!r}")
+        parts = self._split(state, pixels.shape[0])
+        tail = parts[0] if parts[0] is not None else pixels.new_zeros(pixels.shape[0], self.frontend.tail)
+        return self._body(self.frontend.embed(pixels), tail, parts)
+
+    def _body(self, h: Tensor, tail: Tensor, parts: list[Tensor | None]) -> tuple[Tensor, Tensor | None]:
+        """Blocks, pooling and head over the front-end's (B, T, d_model) output."""
         if self.cfg.bidirectional:
-            if state is not None:
-                raise ValueError("a bidirectional network classifies whole clips: it takes no state")
-            h, _ = self.frontend(audio, None)
             for block in self.blocks:
                 h, _ = block(h, None)
             return self.head(self.norm(h.mean(1))), None
-        parts = self._split(state, audio.shape[0])
-        h, tail = self.frontend(audio, parts[0])
         states = [tail]
         for block, s in zip(self.blocks, parts[1:-1]):
             h, s = block(h, s)
@@ -252,6 +294,8 @@ class RotRNNClassifier(nn.Module):
         return self.head(self.norm(pooled)), torch.cat(states, 1)
 
     def _split(self, state: Tensor | None, batch: int) -> list[Tensor | None]:
+        if self.cfg.bidirectional and state is not None:
+            raise ValueError("a bidirectional network classifies whole clips: it takes no state")
         if state is None:
             return [None] * (len(self.blocks) + 1) + [None]
         if state.shape != (batch, self.state_size):

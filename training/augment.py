@@ -8,10 +8,14 @@ The pre-roll puts 0.2–1.0 s of noise, or of another clip of the batch, before 
 causal network then learns to classify with an arbitrary state behind it, as it will on an
 endless stream. The label stays the clip's own (the last one heard).
 """
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from model.logmel import (HOP, PIXEL_MAX, PIXEL_SLOPE, SAMPLE_RATE, pixels_from_power,
+                          power_from_pixels)
 
 
 @dataclass
@@ -102,3 +106,71 @@ def augment(audio: Tensor, noise: Tensor | None, cfg: AugmentConfig, stride: int
     if cfg.preroll_prob > 0 and float(torch.rand(1, generator=g, device=dev)) < cfg.preroll_prob:
         audio = preroll(audio, noise, cfg, stride, sample_rate, g)
     return audio.clamp(-1, 1)
+
+
+# -- the same augmentation in the feature domain (networks with the "logmel" front-end) ----------
+def mix_pixels(pixels: Tensor, noise: Tensor, gain: Tensor) -> Tensor:
+    """Add noise to log-mel pixels as power: p = e^((x−b)/a) + gain·e^((n−b)/a), back to pixels.
+    pixels, noise: (B, T, F); gain: (B,) power factors."""
+    power = power_from_pixels(pixels) + gain[:, None, None] * power_from_pixels(noise)
+    return pixels_from_power(power)
+
+
+def noise_frames(noise: Tensor, n: int, frames: int, g: torch.Generator) -> Tensor:
+    """(n, frames, F) random crops of a long run of noise pixels (M, F)."""
+    start = torch.randint(0, noise.shape[0] - frames, (n, 1), generator=g, device=noise.device)
+    return noise[start + torch.arange(frames, device=noise.device)]
+
+
+def gain_pixels(pixels: Tensor, db: Tensor) -> Tensor:
+    """Scale the audio by `db` (B,) decibels: an offset of the pixels that are above 0."""
+    offset = PIXEL_SLOPE * math.log(10) / 10 * db[:, None, None]
+    return torch.where(pixels > 0, (pixels + offset).clamp(0, PIXEL_MAX), pixels)
+
+
+def augment_pixels(pixels: Tensor, noise: Tensor | None, cfg: AugmentConfig,
+                   g: torch.Generator) -> Tensor:
+    """pixels: (B, T, F) float32 log-mel pixels (100 frames/s) → (B, T', F), T' − T the pre-roll.
+
+    The waveform recipe of `augment`, in the feature domain: speed (tempo) and time shift by
+    interpolating frames, gain as an offset, background noise mixed as power at a random SNR,
+    then the streaming pre-roll (noise, or the end of another clip of the batch). noise: (M, F)
+    pixels of long noise recordings, on pixels' device."""
+    if not cfg.enabled:
+        return pixels
+    B, T, F = pixels.shape
+    dev, rate = pixels.device, SAMPLE_RATE / HOP
+    speed = uniform(B, cfg.speed_min, cfg.speed_max, g, dev)
+    shift = uniform(B, -cfg.shift_seconds, cfg.shift_seconds, g, dev) * rate
+    rows = pixels.transpose(1, 2).reshape(B * F, T)                           # one row per band
+    moved = speed_and_shift(rows, speed.repeat_interleave(F), shift.repeat_interleave(F))
+    pixels = moved.view(B, F, T).transpose(1, 2)
+    pixels = gain_pixels(pixels, uniform(B, -cfg.gain_db, cfg.gain_db, g, dev))
+    if noise is not None and noise.shape[0] > T and cfg.noise_prob > 0:
+        crops = noise_frames(noise, B, T, g)
+        snr = uniform(B, cfg.snr_min_db, cfg.snr_max_db, g, dev)
+        mean_power = lambda x: power_from_pixels(x).mean((1, 2))
+        gain = mean_power(pixels) / mean_power(crops) / 10 ** (snr / 10)
+        on = torch.rand(B, generator=g, device=dev) < cfg.noise_prob
+        pixels = mix_pixels(pixels, crops, gain * on)
+    if cfg.preroll_prob > 0 and float(torch.rand(1, generator=g, device=dev)) < cfg.preroll_prob:
+        pixels = preroll_pixels(pixels, noise, cfg, g)
+    return pixels
+
+
+def preroll_pixels(pixels: Tensor, noise: Tensor | None, cfg: AugmentConfig,
+                   g: torch.Generator) -> Tensor:
+    """(B, T, F) → (B, P + T, F): P frames (one length for the batch) of noise at a random level,
+    or of another clip's end, before each clip."""
+    B, T, F = pixels.shape
+    rate = SAMPLE_RATE / HOP
+    lo, hi = (round(s * rate) for s in (cfg.preroll_min_seconds, cfg.preroll_max_seconds))
+    P = int(torch.randint(lo, hi + 1, (1,), generator=g, device=pixels.device))
+    other = pixels[torch.randperm(B, generator=g, device=pixels.device)][:, max(0, T - P):]
+    other = torch.nn.functional.pad(other, (0, 0, P - other.shape[1], 0))     # (B, P, F)
+    if noise is None or noise.shape[0] <= P:
+        return torch.cat([other, pixels], 1)
+    level_db = uniform(B, -40.0, 0.0, g, pixels.device)                      # volume ∈ [0.01, 1]
+    background = gain_pixels(noise_frames(noise, B, P, g), level_db)
+    use_clip = torch.rand(B, 1, 1, generator=g, device=pixels.device) < cfg.preroll_clip_prob
+    return torch.cat([torch.where(use_clip, other, background), pixels], 1)

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from app.clips import ClipError
-from model import SAMPLE_RATE
+from model.classifiers import DEFAULT_ARCH, config_class
 
 from .config import ConfigError, TrainConfig, load_config
 from .data import KWSDataModule
@@ -88,7 +88,10 @@ def checkpoints(directory: Path, cfg: TrainConfig, has_val: bool) -> list[ModelC
 
 def datamodule(cfg: TrainConfig) -> KWSDataModule:
     """The run's data, read and split (downloaded first where the config asks)."""
-    dm = KWSDataModule(cfg.data, sample_rate=cfg.model.get("sample_rate", SAMPLE_RATE))
+    net_cfg = config_class(cfg.model.get("arch", DEFAULT_ARCH))(**{k: v for k, v in cfg.model.items()
+                                                                  if k != "arch"})
+    dm = KWSDataModule(cfg.data, sample_rate=net_cfg.sample_rate,
+                       features=getattr(net_cfg, "reads_pixels", False))
     if os.environ.get("LOCAL_RANK", "0") == "0":          # downloads once per machine: the
         dm.prepare_data()                                 # launcher starts other ranks later
     dm.setup("fit")
@@ -115,7 +118,7 @@ def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KW
     join the checkpoint and progress-bar callbacks."""
     dm = datamodule(cfg)
     model = {**cfg.model, "labels": list(task_labels(cfg.data.task))}
-    data = dm.described + [{"skipped_corrupt": len(dm.skipped)}]
+    data = dm.described + [{"skipped_corrupt": len(dm.skipped) + dm.corrupt_images}]
     module = KWSModule(model, vars(cfg.optim), vars(cfg.augment), cfg.data.task,
                        cfg.trainer.seed, data, cfg.to_dict())
     module.noise = None if dm.noise is None else torch.from_numpy(dm.noise)

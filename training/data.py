@@ -10,30 +10,34 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from app.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
                        read_audio)
 from app.splits import SPLITS, folder_splits
 from model import SAMPLE_RATE
 
+from .features import FeatureClips, FeatureDataset, clip_features, image_splits, noise_pixels
 from .paths import default_data_root
 from .tasks import task_labels
 
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
 SC_VERSION = "speech_commands_v0.02"  # torchaudio's url for the full dataset
+SOURCE_KINDS = ("folder", "speech_commands", "images")
 
 
 @dataclass
 class Source:
     path: str                 # a folder, relative to the data root unless absolute
     kind: str = "folder"      # "folder": Speech Commands layout on disk; "speech_commands": the
-                              # full v0.02 through torchaudio (path holds SpeechCommands/)
+                              # full v0.02 through torchaudio (path holds SpeechCommands/);
+                              # "images": a zip of log-mel images (training/features.py), for
+                              # networks with the logmel front-end only
     download: bool = False    # speech_commands only: fetch the 2.3 GB archive in prepare_data
 
     def __post_init__(self):
-        if self.kind not in ("folder", "speech_commands"):
-            raise ValueError(f"data source kind must be 'folder' or 'speech_commands', got {self.kind!r}")
+        if self.kind not in SOURCE_KINDS:
+            raise ValueError(f"data source kind must be one of {', '.join(SOURCE_KINDS)}, got {self.kind!r}")
 
 
 @dataclass
@@ -46,6 +50,7 @@ class DataConfig:
     num_workers: int = 0                 # DataLoader workers (0: load in the training process)
     unknown_share: float = 0.1           # kws12: share of _unknown_ examples (subsampled to it)
     silence_share: float = 0.1           # kws12: share of _silence_, filled with noise cuts
+                                         # (features: the shares of the weighted draws)
     seed: int = 0                        # the unknown subsample and the silence cuts
 
     def root_path(self) -> Path:
@@ -196,16 +201,25 @@ class ClipDataset(Dataset):
 
 
 class KWSDataModule(L.LightningDataModule):
-    """prepare_data downloads (full Speech Commands only, when asked); setup reads and splits."""
+    """prepare_data downloads (full Speech Commands only, when asked); setup reads and splits.
 
-    def __init__(self, data: DataConfig, sample_rate: int = SAMPLE_RATE):
+    `features=False`: examples are 1 s of audio (ClipDataset), `noise` a flat recording.
+    `features=True` (networks with the logmel front-end): every source becomes log-mel pixels
+    (FeatureDataset): image zips as they are, audio clips through the same front-end; `noise`
+    is then (M, N_MELS) pixel frames of the noise recordings and of the training noise images,
+    and training draws the classes in the shares of DataConfig (unknown_share, silence_share).
+    """
+
+    def __init__(self, data: DataConfig, sample_rate: int = SAMPLE_RATE, features: bool = False):
         super().__init__()
-        self.cfg, self.sample_rate = data, sample_rate
+        self.cfg, self.sample_rate, self.features = data, sample_rate, features
         self.labels = task_labels(data.task)
         self.samples = sample_rate                          # one second per clip
-        self.sets: dict[str, ClipDataset] = {}
+        self.sets: dict[str, ClipDataset | FeatureDataset] = {}
         self.noise: np.ndarray | None = None
         self.described: list[dict] = []
+        self.corrupt_images = 0
+        self._skipped_audio: list[str] = []
 
     def prepare_data(self):
         for src in self.cfg.source_list():
@@ -218,6 +232,11 @@ class KWSDataModule(L.LightningDataModule):
         self._check_root()
         self.noise = (read_noise(self.cfg.resolve(self.cfg.noise), self.sample_rate)
                       if self.cfg.noise else None)
+        if self.features:
+            return self._setup_features()
+        if any(s.kind == "images" for s in self.cfg.source_list()):
+            raise ClipError("log-mel image sources need a network with the logmel front-end "
+                            "(model.frontend: logmel)")
         splits = {s: [] for s in SPLITS}
         for src in self.cfg.source_list():
             found = self._source_splits(src)
@@ -231,6 +250,36 @@ class KWSDataModule(L.LightningDataModule):
         if skipped:
             warnings.warn(f"skipped {skipped} corrupt clip(s) of {sum(map(len, splits.values()))}",
                           stacklevel=2)
+
+    def _setup_features(self):
+        splits = {s: [] for s in SPLITS}
+        for src in self.cfg.source_list():
+            if src.kind == "images":
+                found, corrupt = image_splits(self.cfg.resolve(src.path), self.labels)
+                self.corrupt_images += corrupt
+            else:
+                found = {}
+                for split, clips in self._source_splits(src).items():
+                    kept, audio, skipped = read_clips(clips, self.sample_rate, self.samples)
+                    self._skipped_audio += skipped
+                    found[split] = clip_features(kept, audio)
+            self.described.append(asdict(src) | {s: len(c) for s, c in found.items()})
+            for s in SPLITS:
+                splits[s].append(found[s])
+        merged = {s: FeatureClips.concat(parts) for s, parts in splits.items()}
+        if not len(merged["training"]):
+            raise ClipError(f"no training clips in {[s['path'] for s in self.described]}")
+        self.sets = {s: FeatureDataset(c, self.labels) for s, c in merged.items()}
+        self.noise = self._noise_pixels(merged["training"])
+
+    def _noise_pixels(self, training: FeatureClips) -> np.ndarray | None:
+        """Pixel frames to mix in: the noise recordings' and the training noise images'."""
+        parts = [] if self.noise is None else [noise_pixels(self.noise)]
+        if SILENCE in self.labels:
+            silent = training.select(np.array(training.labels) == SILENCE).pixels
+            parts.append(silent.reshape(-1, silent.shape[-1]))
+        parts = [p for p in parts if len(p)]
+        return np.concatenate(parts) if parts else None
 
     def _check_root(self):
         relative = [s.path for s in self.cfg.source_list()] + [self.cfg.noise or "/"]
@@ -257,11 +306,17 @@ class KWSDataModule(L.LightningDataModule):
 
     @property
     def skipped(self) -> list[str]:
-        return [p for d in self.sets.values() for p in d.skipped]
+        return [p for d in self.sets.values() for p in d.skipped] + self._skipped_audio
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(self.sets[split], batch_size=self.cfg.batch_size, shuffle=shuffle,
-                          num_workers=self.cfg.num_workers, drop_last=shuffle,
+        data, sampler = self.sets[split], None
+        if shuffle and self.features:                      # the class mix of DataConfig's shares
+            shares = {UNKNOWN: self.cfg.unknown_share, SILENCE: self.cfg.silence_share}
+            weights = data.class_weights(self.labels, {k: v for k, v in shares.items() if k in self.labels})
+            sampler = WeightedRandomSampler(weights, len(data), replacement=True,
+                                            generator=torch.Generator().manual_seed(self.cfg.seed))
+        return DataLoader(data, batch_size=self.cfg.batch_size, shuffle=shuffle and sampler is None,
+                          sampler=sampler, num_workers=self.cfg.num_workers, drop_last=shuffle,
                           persistent_workers=self.cfg.num_workers > 0)
 
     def train_dataloader(self):

@@ -16,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from model import build_classifier, classifier_config
 from model.network import CHECKPOINT_KEY
 
-from .augment import AugmentConfig, augment
+from .augment import AugmentConfig, augment, augment_pixels
 
 
 @dataclass
@@ -48,7 +48,9 @@ class KWSModule(L.LightningModule):
         self.optim = OptimConfig(**optim)
         self.aug = AugmentConfig(**(augment or {}))
         self.task, self.seed, self.data = task, seed, data or []
-        self.noise: Tensor | None = None               # flat background noise, set by the trainer
+        self.noise: Tensor | None = None               # background noise, set by the trainer: flat
+                                                       # samples, or (M, N_MELS) pixels for a
+        self.features = getattr(self.net.cfg, "reads_pixels", False)   # network fed log-mel pixels
         self._epoch_started: float | None = None       # None in an epoch resumed mid-way
         n = self.net.cfg.n_classes
         self.acc = torch.nn.ModuleDict({s: MulticlassAccuracy(n, average="micro")
@@ -56,23 +58,27 @@ class KWSModule(L.LightningModule):
         self.net.track_state_norms()
 
     # -- one step for every stage ------------------------------------------------------------
-    def forward(self, audio: Tensor) -> Tensor:
-        """audio: (B, samples) float32 @ 16 kHz → logits (B, n_classes)."""
-        return self.net(audio)[0]
+    def forward(self, x: Tensor) -> Tensor:
+        """x: audio (B, samples) float32 @ 16 kHz, or (B, frames, N_MELS) log-mel pixels when
+        the network reads them (`self.features`) → logits (B, n_classes)."""
+        return (self.net.forward_features(x) if self.features else self.net(x))[0]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        audio, labels = batch
+        x, labels = batch
+        x = x.float()                                           # pixels come as uint8
         if self.training and self.trainer is not None and self.trainer.training:
-            audio = self._augment(audio)
-        return audio, labels
+            x = self._augment(x)
+        return x, labels
 
-    def _augment(self, audio: Tensor) -> Tensor:
-        g = torch.Generator(device=audio.device)
+    def _augment(self, x: Tensor) -> Tensor:
+        g = torch.Generator(device=x.device)
         g.manual_seed(self.seed * 1_000_003 + self.global_step * 7919 + self.global_rank)
-        if self.noise is not None and self.noise.device != audio.device:
-            self.noise = self.noise.to(audio.device)
+        if self.noise is not None and (self.noise.device != x.device or self.noise.dtype != x.dtype):
+            self.noise = self.noise.to(x.device, x.dtype)
+        if self.features:
+            return augment_pixels(x, self.noise, self.aug, g)
         cfg = self.net.cfg
-        return augment(audio, self.noise, self.aug, cfg.frontend_stride, cfg.sample_rate, g)
+        return augment(x, self.noise, self.aug, cfg.frontend_stride, cfg.sample_rate, g)
 
     def model_step(self, batch, stage: str) -> Tensor:
         audio, labels = batch                                   # (B, S), (B,)
