@@ -17,7 +17,7 @@ import onnx
 
 from model.classifiers import load_checkpoint
 
-from .onnx import MAX_SAMPLES, ExportError, export_onnx, set_metadata
+from .onnx import MAX_SAMPLES, STREAM_GRAPH_MAX_SAMPLES, ExportError, export_onnx, set_metadata
 from .verify import VerificationError
 
 VERIFY_CLIPS = 24   # real clips from --data that the verification also runs
@@ -32,8 +32,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--data", help="folder in the Speech Commands layout: verification clips and accuracy")
     p.add_argument("--split", choices=("all", "training", "validation", "testing"), default="all",
                    help="which split of --data the accuracy is measured on (app/splits.py)")
-    p.add_argument("--max-samples", type=int, default=MAX_SAMPLES,
-                   help=f"longest single call the graph accepts (default {MAX_SAMPLES} = 1 s)")
+    p.add_argument("--max-samples", type=int, default=None,
+                   help=f"longest single call the graph accepts (default: {STREAM_GRAPH_MAX_SAMPLES} "
+                        f"for a causal log-mel network's stream graph, else {MAX_SAMPLES} = 1 s)")
     return p.parse_args(argv)
 
 

@@ -27,9 +27,12 @@ from torch import Tensor, nn
 
 from model.classifiers import classifier_arch
 
+from . import stream_graph
 from .verify import TOLERANCE, verify_export
 
 MAX_SAMPLES = 16_000                       # longest single call: 1 s at 16 kHz
+STREAM_GRAPH_MAX_SAMPLES = 3_200           # … of a node-by-node stream graph (export/stream_graph.py):
+                                           # 0.2 s, two 100 ms hops; its kernels grow as its square
 STREAM_INPUTS, STREAM_OUTPUTS = ("audio", "state"), ("scores", "state_out")
 CLIP_INPUTS, CLIP_OUTPUTS = ("audio",), ("scores",)
 LOOP_OPS = frozenset({"Loop", "Scan", "If"})   # what the chunked op exists to avoid
@@ -160,13 +163,23 @@ def check_max_samples(net: nn.Module, max_samples: int) -> None:
                           f"and at least {2 * stride}, got {max_samples}")
 
 
-def write_onnx(net: nn.Module, path, *, max_samples: int = MAX_SAMPLES,
+def default_max_samples(net: nn.Module) -> int:
+    return STREAM_GRAPH_MAX_SAMPLES if stream_graph.supports(net) else MAX_SAMPLES
+
+
+def write_onnx(net: nn.Module, path, *, max_samples: int | None = None,
                meta: dict | None = None) -> Path:
-    """Trace `net` (a frozen copy: `net` is left untouched) and write the file, unverified."""
+    """Build the graph (node by node where export/stream_graph.py supports `net`, else traced
+    from a frozen copy; `net` is left untouched) and write the file, unverified.
+    max_samples: the longest single call (None: default_max_samples)."""
     path = Path(path)
+    max_samples = max_samples or default_max_samples(net)
     check_max_samples(net, max_samples)
     with torch.no_grad():
-        proto = trace(frozen_copy(net, max_samples), max_samples)
+        if stream_graph.supports(net):
+            proto = stream_graph.build(copy.deepcopy(net).eval(), max_samples)
+        else:
+            proto = trace(frozen_copy(net, max_samples), max_samples)
     check_no_loops(proto)
     check_dynamic_axes(proto)
     proto.producer_name, proto.doc_string = "rotkws", __doc__
@@ -181,7 +194,7 @@ def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
     onnx.helper.set_model_props(proto, {p.key: p.value for p in proto.metadata_props} | props)
 
 
-def export_onnx(net: nn.Module, path, *, max_samples: int = MAX_SAMPLES,
+def export_onnx(net: nn.Module, path, *, max_samples: int | None = None,
                 meta: dict | None = None, clips=()) -> Path:
     """Write `net` to `path` as one ONNX file, verified against PyTorch; returns the path.
 

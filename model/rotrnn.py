@@ -32,7 +32,8 @@ class DiagonalRecurrence(nn.Module):
     run by the one chunked op. `layer(u, state) -> (y, state_out)`.
 
     u:     (B, L, d_model) float32
-    state: (B, state) float32 in the layer's own basis, zeros if None
+    state: (B, state) float32 in the λ basis (z = Pᵀx: the complex channels, (re, im) adjacent;
+           ‖z‖ = ‖x‖), zeros if None
     y:     (B, L, d_model); state_out: (B, state), the state after the last step
            (None when bidirectional: a clip layer has no carried state).
 
@@ -96,15 +97,10 @@ class DiagonalRecurrence(nn.Module):
         Bsz, L, d = u.shape
         H, N = self.heads, self.N
         K = H * N // 2                                              # complex channels
-        P, Bt, Ct = self._maps()                                    # (H, N, N) | None, (H, N, d), (d, H, N)
+        _, Bt, Ct = self._maps()                                    # (H, N, d), (d, H, N)
         # into the λ basis, channel-major: v[k, q, b, t] = (Bt u_t)[pair k, re/im q]
         v = (Bt.reshape(2 * K, d) @ u.reshape(Bsz * L, d).T).view(K, 2, Bsz, L)
-        c0 = None
-        if state is not None:                                       # x0 → Pᵀ x0
-            if P is None:
-                c0 = state.view(Bsz, K, 2).permute(1, 2, 0)
-            else:
-                c0 = torch.einsum("bhn,hnm->hmb", state.view(Bsz, H, N), P).reshape(K, 2, Bsz)
+        c0 = None if state is None else state.view(Bsz, K, 2).permute(1, 2, 0)   # (K, 2, B)
         z, zT = chunked_scan(v, self.kernels(L, u.dtype), c0)       # (K, B, n, 2, C), (K, 2, B)
         if self.track_norm:                                         # ‖x_t‖ = ‖Pᵀ x_t‖ per head
             sq = z.detach().pow(2).view(H, N // 2, Bsz, -1, 2, self.chunk).sum((1, 4))
@@ -112,15 +108,12 @@ class DiagonalRecurrence(nn.Module):
         y = torch.einsum("kbnqc,dkq->bncd", z, Ct.reshape(d, K, 2)).reshape(Bsz, -1, d)[:, :L]
         if self.D is not None:
             y = y + self.D * u
-        if P is None:
-            return y, zT.permute(2, 0, 1).reshape(Bsz, H * N)
-        x = torch.einsum("hnm,hmb->bhn", P, zT.reshape(H, N, Bsz))  # x = P z
-        return y, x.reshape(Bsz, H * N)
+        return y, zT.permute(2, 0, 1).reshape(Bsz, H * N)
 
 
 class RotRNN(DiagonalRecurrence):
     """A RotRNN layer: `layer(u, state) -> (y, state_out)` (DiagonalRecurrence's contract); its
-    state is x above, in the layer's own basis."""
+    carried state is z = Pᵀx, x above in the basis where the recurrence is diagonal."""
 
     def __init__(self, d_model: int, state: int, heads: int, *, bidirectional: bool = False,
                  normalize_input: bool = True, chunk: int = 64, gamma_min: float = 0.9,
@@ -205,10 +198,11 @@ def _reference_loop(layer: RotRNN, u: Tensor, state: Tensor | None) -> tuple[Ten
     P = layer.P()
     A = layer.gamma[:, None, None] * P @ layer.rotation() @ P.transpose(1, 2)      # 1. (H, N, N)
     Bn = layer.xi()[:, None, None] * layer.B                                        # (H, N, d)
-    x = u.new_zeros(Bsz, layer.heads, layer.N) if state is None else state.view(Bsz, layer.heads, layer.N)
+    x = (u.new_zeros(Bsz, layer.heads, layer.N) if state is None                     # x = P z
+         else torch.einsum("hnm,bhm->bhn", P, state.view(Bsz, layer.heads, layer.N)))
     ys = []
     for t in range(L):
         x = torch.einsum("hnm,bhm->bhn", A, x) + torch.einsum("hnd,bd->bhn", Bn, u[:, t])  # 2.
         y = x.reshape(Bsz, -1) @ layer.C.T                                                   # 3.
         ys.append(y if layer.D is None else y + layer.D * u[:, t])
-    return torch.stack(ys, 1), x.reshape(Bsz, -1)
+    return torch.stack(ys, 1), torch.einsum("hnm,bhn->bhm", P, x).reshape(Bsz, -1)  # z = Pᵀ x

