@@ -2,21 +2,27 @@
 
 Only the dense layers' 2-D weights become int8 (MatMul, Gemm). The scan's constant kernels
 (3-D: one λ^k matrix per channel) stay float32: their entries span decades (λ^k for slow
-decays), which 8 bits per tensor cannot hold. The front-end Conv stays float32 too.
+decays), which 8 bits per tensor cannot hold. The front-end Conv stays float32 too, and so do
+the nodes a stream graph marks (export/stream_graph.py: the mel matrix, whose input powers span
+decades).
 """
 from pathlib import Path
 
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from .stream_graph import FLOAT_ONLY
+
 QUANTIZED_OPS = ("MatMul", "Gemm")
 
 
 def scan_kernel_nodes(proto: onnx.ModelProto) -> list[str]:
-    """MatMul nodes whose constant operand is not a 2-D weight (the scan's kernels)."""
+    """MatMul nodes whose constant operand is not a 2-D weight (the scan's kernels), and the
+    nodes marked to stay float."""
     shapes = {init.name: len(init.dims) for init in proto.graph.initializer}
     return [n.name for n in proto.graph.node
-            if n.op_type == "MatMul" and not any(shapes.get(i) == 2 for i in n.input)]
+            if n.op_type == "MatMul" and (not any(shapes.get(i) == 2 for i in n.input)
+                                          or n.name.startswith(FLOAT_ONLY))]
 
 
 def quantize_int8(src, dst) -> Path:

@@ -34,6 +34,8 @@ from model.logmel import PIXEL_MAX, PIXEL_MEAN, PIXEL_OFFSET, PIXEL_SLOPE, PIXEL
 
 OPSET = 18
 INT_MAX = np.iinfo(np.int64).max
+FLOAT_ONLY = "keep_float_"   # node-name prefix: nodes whose inputs span decades (powers), which
+                             # int8 quantisation (export/quantize.py) must leave alone
 
 
 def supports(net: nn.Module) -> bool:
@@ -57,10 +59,10 @@ class Graph:
     def ints(self, values, name: str = "shape") -> str:
         return self.const(np.asarray(values, np.int64), name, np.int64)
 
-    def op(self, op_type: str, inputs: list[str], outputs: int = 1, **attrs):
+    def op(self, op_type: str, inputs: list[str], outputs: int = 1, prefix: str = "", **attrs):
         self.count += 1
         names = [f"{op_type.lower()}_{self.count}_{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, inputs, names, name=f"{op_type}_{self.count}", **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=f"{prefix}{op_type}_{self.count}", **attrs))
         return names[0] if outputs == 1 else names
 
 
@@ -125,7 +127,7 @@ def frontend(g: Graph, net, audio: str, tail: str) -> tuple[str, str]:
     spec = g.op("Conv", [g.op("Unsqueeze", [x, g.ints([1])]), g.const(c["basis"], "dft_basis")],
                 strides=[net.cfg.frontend_stride])                           # (B, 2·bins, L)
     square = g.op("Transpose", [g.op("Mul", [spec, spec])], perm=[0, 2, 1])  # (B, L, 2·bins)
-    power = g.op("MatMul", [square, g.const(c["mel"], "mel")])               # (B, L, N_MELS)·c
+    power = g.op("MatMul", [square, g.const(c["mel"], "mel")], prefix=FLOAT_ONLY)   # (B, L, N_MELS)·c
     clipped = g.op("Clip", [power, g.const(1.0, "one"), g.const(c["clip_max"], "clip_max")])
     h = g.op("MatMul", [g.op("Log", [clipped]), g.const(c["proj"], "proj")])
     h = g.op("Add", [h, g.const(c["proj_bias"], "proj_bias")])              # (B, L, d)

@@ -11,10 +11,11 @@ from app.clips import read_audio
 from conftest import CLIPS
 from export.onnx import ExportError, check_no_loops, export_onnx, metadata
 from export.quantize import quantize_int8, scan_kernel_nodes
+from export.stream_graph import FLOAT_ONLY
 from export.verify import TOLERANCE, VerificationError, open_session, run_onnx, run_torch, verify_export
 from onnx_models import KINDS, LABELS, MAX_SAMPLES, META, build, exported
 
-STREAMING = ("filterbank", "linear")
+STREAMING = ("filterbank", "linear", "logmel")
 REQUIRED = ("rotkws_version", "labels", "sample_rate", "state_shape", "state_size", "state_dtype",
             "state_layout", "input_multiple", "min_samples", "max_samples", "streaming", "config",
             "training_data", "accuracy", "detection", "export", "arch", "parameters")
@@ -49,6 +50,23 @@ def test_node_count_does_not_grow_with_the_longest_call(models, request):
     _, long = exported("linear", request.config.cache.mkdir("rotkws-onnx"), max_samples=2 * MAX_SAMPLES["linear"], **META)
     assert len(onnx.load(short).graph.node) == len(onnx.load(long).graph.node)
     assert json.loads(props(long)["export"])["nodes"] == len(onnx.load(long).graph.node)
+
+
+def test_stream_graph_is_small_and_streams_a_second_exactly(models, real_clips):
+    """The log-mel kind is built node by node (export/stream_graph.py): a bounded number of nodes
+    per block, and 1 s of real audio in 100 ms calls equals PyTorch's one call on the second."""
+    net, path = models["logmel"]
+    graph = onnx.load(path).graph
+    assert graph.name == "rotkws_stream"
+    assert len(graph.node) <= 30 + 30 * net.cfg.layers
+    session, hop = open_session(path), 1_600
+    audio = np.stack([np.pad(c[:16_000], (0, max(0, 16_000 - len(c)))) for c in real_clips[:6]])
+    state = net.initial_state(len(audio)).numpy()
+    for start in range(0, 16_000, hop):
+        scores, state = run_onnx(session, audio[:, start:start + hop], state)
+    ref, ref_state = run_torch(net, audio, net.initial_state(len(audio)).numpy())
+    assert np.abs(scores - ref).max() <= TOLERANCE
+    np.testing.assert_allclose(state, ref_state, rtol=1e-4, atol=1e-5)
 
 
 def test_check_no_loops_rejects_a_loop():
@@ -96,7 +114,7 @@ def test_matches_torch_on_random_audio_at_every_length(models, kind):
     session, stride, chunk = open_session(path), net.cfg.frontend_stride, net.cfg.chunk
     frames = MAX_SAMPLES[kind] // stride
     around = {1, 2, 3, chunk - 1, chunk, chunk + 1, 2 * chunk - 1, 2 * chunk, 2 * chunk + 1}
-    lengths = sorted(around | set(np.linspace(chunk, frames, 16).astype(int).tolist()))
+    lengths = sorted(f for f in around | set(np.linspace(chunk, frames, 16).astype(int).tolist()) if f <= frames)
     rng = np.random.default_rng(1)
     state = None if kind == "bidirectional" else run_torch(net, 0.1 * rng.standard_normal((3, 4 * stride), np.float32),
                                                           net.initial_state(3).numpy())[1]
@@ -158,18 +176,23 @@ def test_export_leaves_the_network_untouched_and_rejects_bad_lengths(tmp_path):
     assert metadata(net, 16_000)["training_data"] == "unknown"     # no provenance given
 
 
-def test_int8_keeps_metadata_and_float_scan_kernels(models, real_clips, tmp_path):
-    net, path = models["filterbank"]
+@pytest.mark.parametrize("kind", ["filterbank", "logmel"])
+def test_int8_keeps_metadata_and_float_scan_kernels(models, real_clips, tmp_path, kind):
+    net, path = models[kind]
     q = quantize_int8(path, tmp_path / "q.onnx")
     proto = onnx.load(q)
     ops = [n.op_type for n in proto.graph.node]
     assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
     assert len(scan_kernel_nodes(proto)) == len(scan_kernel_nodes(onnx.load(path))) > 0
+    if kind == "logmel":                            # the mel matrix (powers over decades) stays float
+        assert any(n.op_type == "MatMul" and n.name.startswith(FLOAT_ONLY) for n in proto.graph.node)
     assert props(q)["labels"] == props(path)["labels"]
-    audio = np.stack([np.pad(c[:16_000], (0, max(0, 16_000 - len(c)))) for c in real_clips])
+    n = MAX_SAMPLES[kind]
+    audio = np.stack([np.pad(c[:n], (0, max(0, n - len(c)))) for c in real_clips])
     state = net.initial_state(len(audio)).numpy()
     scores = run_onnx(open_session(q), audio, state)[0]
     assert np.isfinite(scores).all() and np.allclose(scores.sum(1), 1, atol=1e-5)
+    assert np.abs(scores - run_onnx(open_session(path), audio, state)[0]).max() < 0.05
 
 
 @pytest.mark.slow      # a fresh export (not cached): 10–30 s on 2 shared cores
