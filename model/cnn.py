@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torchaudio.functional import melscale_fbanks
 
+from .logmel import FRAME, HOP, PIXEL_MEAN, PIXEL_STD, LogMelPixels
 from .network import SAMPLE_RATE, BandNorm, spec_mask
 
 WINDOW_SECONDS = 0.025   # 25 ms analysis window (Hann)
@@ -59,6 +60,9 @@ class LogMel(nn.Module):
 class CNNConfig:
     labels: tuple[str, ...] = ("yes", "no")   # class names; the class count is len(labels)
     sample_rate: int = SAMPLE_RATE            # Hz of the audio the network reads
+    frontend: str = "logmel25"                # "logmel25": 25 ms windows, log(power + 1e-6), a
+                                              # per-band BatchNorm; "logmel": the image corpus's
+                                              # pixels (model/logmel.py; n_mels must be 40)
     n_mels: int = 40                          # mel bands of the log-mel features
     channels: int = 172                       # every conv layer's width (DS-CNN-M: 172)
     blocks: int = 4                           # depthwise-separable blocks (DS-CNN-M: 4)
@@ -68,6 +72,10 @@ class CNNConfig:
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
+        if self.frontend not in ("logmel25", "logmel"):
+            raise ValueError(f"frontend must be logmel25 or logmel, got {self.frontend!r}")
+        if self.frontend == "logmel" and self.n_mels != 40:
+            raise ValueError(f"the logmel front-end has 40 bands, got n_mels {self.n_mels}")
         if self.n_mels < 4:
             raise ValueError(f"n_mels must be at least 4 (the first conv is 4 bands wide), got {self.n_mels}")
         if self.channels < 1 or self.blocks < 0:
@@ -78,14 +86,19 @@ class CNNConfig:
         return len(self.labels)
 
     @property
+    def reads_pixels(self) -> bool:
+        """True when the network can be fed the log-mel image corpus (`forward_features`)."""
+        return self.frontend == "logmel"
+
+    @property
     def window(self) -> int:
-        """Samples per analysis window (400 at 16 kHz)."""
-        return round(WINDOW_SECONDS * self.sample_rate)
+        """Samples per analysis window (400 at 16 kHz; FRAME for the corpus's pixels)."""
+        return FRAME if self.reads_pixels else round(WINDOW_SECONDS * self.sample_rate)
 
     @property
     def frontend_stride(self) -> int:
         """Samples per feature frame (160 at 16 kHz): inputs are a multiple of it."""
-        return round(HOP_SECONDS * self.sample_rate)
+        return HOP if self.reads_pixels else round(HOP_SECONDS * self.sample_rate)
 
     @property
     def frame_rate(self) -> float:
@@ -129,8 +142,12 @@ class DSCNN(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.lead = cfg.window - cfg.frontend_stride                     # zeros before the audio
-        self.logmel = LogMel(cfg.sample_rate, cfg.n_mels, cfg.window, cfg.frontend_stride)
-        self.norm = BandNorm(cfg.n_mels)                                  # a fixed affine in eval
+        if cfg.reads_pixels:
+            self.logmel = LogMelPixels()
+            self.norm = nn.Identity()                                     # (pixel − μ)/σ in `normalise`
+        else:
+            self.logmel = LogMel(cfg.sample_rate, cfg.n_mels, cfg.window, cfg.frontend_stride)
+            self.norm = BandNorm(cfg.n_mels)                              # a fixed affine in eval
         self.stem = conv_bn_relu(1, cfg.channels, (10, 4), stride=(2, 2), padding=(5, 1))
         self.blocks = nn.Sequential(*(separable_block(cfg.channels) for _ in range(cfg.blocks)))
         self.drop = nn.Dropout(cfg.dropout)
@@ -165,7 +182,11 @@ class DSCNN(nn.Module):
         if audio.dim() != 2 or audio.shape[1] == 0 or audio.shape[1] % stride:
             raise ValueError(f"expected audio of shape (batch, samples), samples a positive multiple "
                              f"of {stride}, got {tuple(audio.shape)}")
-        x = self.norm(self.logmel(nn.functional.pad(audio, (self.lead, 0))))   # (B, T, F)
+        return self.normalise(self.logmel(nn.functional.pad(audio, (self.lead, 0))))   # (B, T, F)
+
+    def normalise(self, x: Tensor) -> Tensor:
+        """Log-mel features (B, T, F) → normalised and, training, masked."""
+        x = (x - PIXEL_MEAN) / PIXEL_STD if self.cfg.reads_pixels else self.norm(x)
         if self.training and (self.cfg.mask_bands or self.cfg.mask_frames):
             x = spec_mask(spec_mask(x, self.cfg.mask_bands, 2), self.cfg.mask_frames, 1)
         return x
@@ -173,6 +194,15 @@ class DSCNN(nn.Module):
     def forward(self, audio: Tensor, state: Tensor | None = None) -> tuple[Tensor, None]:
         if state is not None:
             raise ValueError("a DS-CNN classifies whole clips: it takes no state")
-        h = self.stem(self.features(audio).unsqueeze(1))                 # (B, C, T/2 + 1, F/2)
+        return self._classify(self.features(audio))
+
+    def forward_features(self, pixels: Tensor, state: Tensor | None = None) -> tuple[Tensor, None]:
+        """The network after its fixed front-end ("logmel" only): pixels (B, T, 40) in [0, 255]."""
+        if not self.cfg.reads_pixels or state is not None:
+            raise ValueError("forward_features needs the logmel front-end and takes no state")
+        return self._classify(self.normalise(pixels))
+
+    def _classify(self, x: Tensor) -> tuple[Tensor, None]:
+        h = self.stem(x.unsqueeze(1))                                     # (B, C, T/2 + 1, F/2)
         h = self.blocks(h).mean((2, 3))                                   # (B, C)
         return self.head(self.drop(h)), None

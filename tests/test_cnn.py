@@ -256,3 +256,19 @@ def test_the_spotter_runs_it_on_a_sliding_window(exported, clips):
     np.testing.assert_allclose(result.scores[-1], model.clip_scores(audio[-16_000:]), atol=1e-6)
     window = np.concatenate([np.zeros(16_000 - 4800, np.float32), audio[:4800]])
     np.testing.assert_allclose(result.scores[2], model.clip_scores(window), atol=1e-6)
+
+
+def test_dscnn_on_the_corpus_pixels_reads_audio_and_pixels_alike():
+    """frontend "logmel": forward(audio) = forward_features(the pixels of [320 zeros | audio])."""
+    from model.logmel import FRAME, HOP, LogMelPixels
+    torch.manual_seed(0)
+    net = DSCNN(CNNConfig(labels=tuple("abc"), frontend="logmel", channels=8, blocks=1)).eval()
+    assert net.cfg.reads_pixels and net.cfg.frontend_stride == HOP and net.cfg.window == FRAME
+    audio = torch.randn(2, 16_000) * 0.1
+    with torch.no_grad():
+        pixels = LogMelPixels()(torch.nn.functional.pad(audio, (FRAME - HOP, 0)))
+        assert torch.equal(net(audio)[0], net.forward_features(pixels)[0])
+    with pytest.raises(ValueError, match="40 bands"):
+        CNNConfig(frontend="logmel", n_mels=32)
+    with pytest.raises(ValueError, match="needs the logmel front-end"):
+        DSCNN(CNNConfig(labels=("a", "b"), channels=8, blocks=1)).forward_features(pixels)
