@@ -312,7 +312,8 @@ def markdown(r: dict) -> str:
         f"(`wakeword_benchmark_dev`) as non-keyword speech, at {stream.GAP_S[0]:g}–{stream.GAP_S[1]:g} s gaps over "
         f"`speech_commands_background_noise` at {', '.join(f'{s:g}' for s in stream.SNRS_DB)} dB SNR: "
         f"{st['keyword_events']} keyword and {st['other_events']} other utterances (clips recur across segments).",
-        "- Training (section 4): the sources of `training/configs/kws12_cpu.yaml` (`training` split only).", "",
+        f"- Training (section 4): the sources of `training/configs/{ablation.ARMS[ablation.REFERENCE].config}` "
+        f"(`training` split only).", "",
         f"## 1. Clip accuracy: `{Path(r['model']['path']).name}`", "",
         f"**{pct(clip['accuracy'])}** on {clip['n']} clips ({clip['skipped_corrupt']} corrupt skipped).", "",
         "| class | accuracy | clips |", "| --- | ---: | ---: |"]

@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -21,6 +22,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 LABELS = {p.parent.name for p in KEYWORD_CLIPS} | {"_silence_", "_unknown_"}
 LEAD_S, TAIL_S = 1.0, 0.5     # silence before the word (and after, before Chromium loops it)
 DETECT_TIMEOUT_MS = 40_000    # first piece after ~3 s, then the word within two loops
+WORDS_TIMEOUT_MS = 120_000    # the ten words' file lasts ~21 s: two loops and some
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run",
                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
@@ -61,17 +63,41 @@ def clip_48k(clip, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def ten_words_48k(tmp_path_factory) -> tuple[Path, list[str]]:
+    """One real clip of each of the ten keywords (speakers of the testing split), each after
+    LEAD_S of silence: what the fake microphone plays for the ten-word test. Of a keyword's two
+    clips, the one the handler detects alone and most surely."""
+    model = KeywordModel(require_default_model())
+    best: dict[str, tuple[float, Path]] = {}
+    for path in KEYWORD_CLIPS:
+        found = stream(model, at_48k(path, LEAD_S, TAIL_S)).detections
+        if {d.keyword for d in found} == {path.parent.name}:
+            score = max(d.score for d in found)
+            if score > best.get(path.parent.name, (0.0, None))[0]:
+                best[path.parent.name] = (score, path)
+    words = sorted({p.parent.name for p in KEYWORD_CLIPS})
+    missing = set(words) - set(best)
+    if missing:
+        pytest.fail(f"the handler detects none of the real clips of {sorted(missing)} on its own")
+    audio = np.concatenate([at_48k(best[w][1], LEAD_S, 0.0) for w in words]
+                           + [np.zeros(int(LEAD_S * BROWSER_RATE), np.int16)])
+    path = tmp_path_factory.mktemp("mic") / "ten_words_48k.wav"
+    sf.write(path, audio, BROWSER_RATE, subtype="PCM_16")
+    return path, words
+
+
+@pytest.fixture(scope="module")
 def server() -> str:
     with DemoServer(require_default_model()) as url:
         yield url
 
 
-@pytest.fixture
-def page(chromium, clip_48k, server):
+def open_page(chromium: Path, microphone: Path, server: str):
+    """A page of the demo in Chromium whose fake microphone plays `microphone` in a loop."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium),
-                                    args=CHROMIUM_ARGS + [f"--use-file-for-fake-audio-capture={clip_48k}"])
+                                    args=CHROMIUM_ARGS + [f"--use-file-for-fake-audio-capture={microphone}"])
         try:
             tab = browser.new_page(viewport={"width": 1280, "height": 1000})
             tab.goto(server)
@@ -79,6 +105,11 @@ def page(chromium, clip_48k, server):
             yield tab
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(chromium, clip_48k, server):
+    yield from open_page(chromium, clip_48k, server)
 
 
 def detections(page) -> str:
@@ -126,3 +157,18 @@ def test_uploaded_file_goes_through_the_same_path(page, clip, clip_48k):
     log = wait_for_log(page, f"{clip_48k.name}:")
     log = wait_for_log(page, f"s  {clip.parent.name}")
     assert set(logged_keywords(log)) == {clip.parent.name}, log
+
+
+def test_microphone_stream_hears_each_of_the_ten_keywords(chromium, ten_words_48k, server):
+    """The ten keywords spoken by testing-split speakers, one after another into the microphone:
+    the page's detection log names every one of them."""
+    microphone, words = ten_words_48k
+    for tab in open_page(chromium, microphone, server):
+        tab.locator("#mic").get_by_role("button", name="Record").click()
+        tab.wait_for_function(
+            """([sel, words]) => { const log = document.querySelector(sel).value;
+                                   return words.every(w => log.includes(`s  ${w} `)); }""",
+            arg=["#detections textarea", words], timeout=WORDS_TIMEOUT_MS)
+        heard = set(logged_keywords(detections(tab)))
+        assert set(words) <= heard, f"heard {sorted(heard)}; expected all of {words}"
+        tab.locator("#mic").get_by_role("button", name="Stop").click()
