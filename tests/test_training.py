@@ -9,6 +9,7 @@ import textwrap
 
 import lightning as L
 import numpy as np
+import onnx
 import pytest
 import soundfile as sf
 import torch
@@ -348,3 +349,32 @@ def test_a_corrupt_clip_is_skipped_and_counted(tmp_path):
     with pytest.warns(UserWarning, match="deadbeef_nohash_0.wav"):
         dm.setup()
     assert len(dm.skipped) == 1 and sum(len(d) for d in dm.sets.values()) >= 24 - 1
+
+
+@pytest.mark.slow      # one optimiser step of the 6-layer network over 16,000 steps, then its export
+def test_paper_config_trains_a_step_and_exports(tmp_path, clip_root):
+    """sc35_paper.yaml as it is (raw 16 kHz, bidirectional, 6 layers) on the real clips: one
+    optimiser step that moves the weights, a checkpoint, and a verified ONNX clip classifier."""
+    from export.onnx import export_onnx
+    from model.classifiers import load_checkpoint
+    config = REPO / "training" / "configs" / "sc35_paper.yaml"
+    over = {"data.root": str(clip_root), "data.sources": "[clips]", "data.num_workers": "0",
+            "data.batch_size": "2", "trainer.run_dir": str(tmp_path), "trainer.max_steps": "1",
+            "trainer.limit_val_batches": "0", "trainer.accelerator": "cpu", "trainer.devices": "1",
+            "trainer.progress_bar": "false"}
+    cfg = load_config(config, over)
+    start = {}
+
+    class First(L.Callback):
+        def on_train_start(self, trainer, module):
+            start["weights"] = torch.nn.utils.parameters_to_vector(module.net.parameters()).detach().clone()
+
+    module = cli.train(cfg, callbacks=[First()])
+    assert module.trainer.global_step == 1
+    net, entry = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert entry["config"]["bidirectional"] and entry["config"]["layers"] == 6
+    moved = torch.nn.utils.parameters_to_vector(net.parameters()) - start["weights"]
+    assert torch.isfinite(moved).all() and moved.abs().max() > 0
+    path = export_onnx(net, tmp_path / "sc35.onnx")
+    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
+    assert json.loads(meta["streaming"]) is False and len(json.loads(meta["labels"])) == 35
