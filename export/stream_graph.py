@@ -103,35 +103,35 @@ def recurrence_kernel(log_mag: np.ndarray, angle: np.ndarray, frames: int) -> np
 
 
 def layer_constants(rnn, frames: int) -> dict[str, np.ndarray]:
-    """v = u Bᵀ with B = ξPᵀB (2K, d) re/im interleaved; y = z Cᵀ with C = CP (d, 2K); D; the
-    kernel (recurrence_kernel). All from a float64 copy of the layer, nothing frozen."""
+    """v = u Bᵀ with B = ξPᵀB (2K, d) re/im interleaved; y = [z | u] [Cᵀ; diag D] with C = CP
+    (d, 2K); the kernel (recurrence_kernel). All from a float64 copy of the layer, nothing frozen."""
     twin = copy.deepcopy(rnn).double()
     twin.frozen = twin.frozen_maps = twin.reverse = None
     with torch.no_grad():
         _, Bt, Ct = twin._maps()
         log_mag, angle = twin._lambda()
     d = Bt.shape[-1]
-    out = {"B": f64(Bt).reshape(-1, d).T,                                   # (d, 2K)
-           "C": f64(Ct).reshape(d, -1).T,                                    # (2K, d)
-           "W": recurrence_kernel(f64(log_mag), f64(angle), frames)}
-    if rnn.D is not None:
-        out["D"] = f64(rnn.D)
-    return out
+    C = f64(Ct).reshape(d, -1).T                                             # (2K, d)
+    if rnn.D is not None:                                                    # y = [z | u] [C; diag D]
+        C = np.concatenate([C, np.diag(f64(rnn.D))])
+    return {"B": f64(Bt).reshape(-1, d).T,                                   # (d, 2K)
+            "C": C, "skip": rnn.D is not None,
+            "W": recurrence_kernel(f64(log_mag), f64(angle), frames)}
 
 
 # -- the graph ----------------------------------------------------------------------------------
 def frontend(g: Graph, net, audio: str, tail: str) -> tuple[str, str]:
-    """→ h (B, L, d) and the new tail (B, FRAME − HOP)."""
+    """audio (B, 1, S), tail (B, 1, FRAME − HOP) → h (B, L, d) and the new tail."""
     c = frontend_constants(net)
-    x = g.op("Concat", [tail, audio], axis=1)                                # (B, tail + S)
-    spec = g.op("Conv", [g.op("Unsqueeze", [x, g.ints([1])]), g.const(c["basis"], "dft_basis")],
+    x = g.op("Concat", [tail, audio], axis=2)                                # (B, 1, tail + S)
+    spec = g.op("Conv", [x, g.const(c["basis"], "dft_basis")],
                 strides=[net.cfg.frontend_stride])                           # (B, 2·bins, L)
     square = g.op("Transpose", [g.op("Mul", [spec, spec])], perm=[0, 2, 1])  # (B, L, 2·bins)
     power = g.op("MatMul", [square, g.const(c["mel"], "mel")], prefix=FLOAT_ONLY)   # (B, L, N_MELS)·c
     clipped = g.op("Clip", [power, g.const(1.0, "one"), g.const(c["clip_max"], "clip_max")])
     h = g.op("MatMul", [g.op("Log", [clipped]), g.const(c["proj"], "proj")])
     h = g.op("Add", [h, g.const(c["proj_bias"], "proj_bias")])              # (B, L, d)
-    new_tail = g.op("Slice", [x, g.ints([-net.frontend.tail]), g.ints([INT_MAX]), g.ints([1])])
+    new_tail = g.op("Slice", [x, g.ints([-net.frontend.tail]), g.ints([INT_MAX]), g.ints([2])])
     return h, new_tail
 
 
@@ -147,25 +147,22 @@ def gelu(g: Graph, x: str) -> str:
 
 
 def block(g: Graph, blk, h: str, z0: str, frames: int, pad: str, two_L: str) -> tuple[str, str]:
-    """One block: → (h out (B, L, d), z out (B, 2K))."""
+    """One block: h (B, L, d), z0 (B, 1, 2K) → (h out, z out (B, 1, 2K))."""
     c = layer_constants(blk.rnn, frames)
     K2 = c["B"].shape[1]
     u = layer_norm(g, h, blk.norm)
     v = g.op("MatMul", [u, g.const(c["B"], "B")])                            # (B, L, 2K)
-    V = g.op("Concat", [g.op("Unsqueeze", [z0, g.ints([1])]), v], axis=1)    # (B, L + 1, 2K)
+    V = g.op("Concat", [z0, v], axis=1)                                      # (B, L + 1, 2K)
     V = g.op("Reshape", [V, g.ints([0, 0, K2 // 2, 2])])                     # (B, L + 1, K, 2)
     V = g.op("Reshape", [g.op("Transpose", [V], perm=[2, 0, 1, 3]), g.ints([0, 0, -1])])  # (K, B, 2L+2)
     V = g.op("Pad", [V, pad])                                                # (K, B, 2·max + 2)
     z = g.op("MatMul", [V, g.const(c["W"], "W")])                            # (K, B, 2·max)
     z = g.op("Slice", [z, g.ints([0]), two_L, g.ints([2])])                  # (K, B, 2L)
-    z_last = g.op("Slice", [z, g.ints([-2]), g.ints([INT_MAX]), g.ints([2])])   # (K, B, 2)
-    z_out = g.op("Reshape", [g.op("Transpose", [z_last], perm=[1, 0, 2]), g.ints([0, -1])])
     z = g.op("Reshape", [z, g.ints([0, 0, -1, 2])])                          # (K, B, L, 2)
     z = g.op("Reshape", [g.op("Transpose", [z], perm=[1, 2, 0, 3]), g.ints([0, 0, -1])])   # (B, L, 2K)
-    y = g.op("MatMul", [z, g.const(c["C"], "C")])                            # (B, L, d)
-    if "D" in c:
-        y = g.op("Add", [y, g.op("Mul", [u, g.const(c["D"], "D")])])
-    y = gelu(g, y)
+    z_out = g.op("Slice", [z, g.ints([-1]), g.ints([INT_MAX]), g.ints([1])])  # (B, 1, 2K)
+    zu = g.op("Concat", [z, u], axis=2) if c["skip"] else z                  # (B, L, 2K + d)
+    y = gelu(g, g.op("MatMul", [zu, g.const(c["C"], "C")]))                  # (B, L, d)
     gate = g.op("Add", [g.op("MatMul", [y, g.const(f64(blk.gate.weight).T, "gate_w")]),
                         g.const(f64(blk.gate.bias), "gate_b")])
     y = g.op("Mul", [y, g.op("Sigmoid", [gate])])
@@ -173,12 +170,13 @@ def block(g: Graph, blk, h: str, z0: str, frames: int, pad: str, two_L: str) -> 
 
 
 def pooling(g: Graph, net, h: str, p0: str, frames: int, L: str) -> str:
-    """p_L = α^L p_0 + Σ_t (1 − α) α^(L−1−t) h_t with the weights of the last L of max frames."""
+    """p_L = α^L p_0 + Σ_t (1 − α) α^(L−1−t) h_t with the weights of the last L of max frames;
+    p_0 and p_L (B, 1, d)."""
     alpha = net.pool_decay
     e = np.arange(frames - 1, -1, -1, dtype=np.float64)
     weights = g.const(((1 - alpha) * alpha ** e)[None], "ema_weights")      # (1, max frames)
     w = g.op("Slice", [weights, g.op("Neg", [L]), g.ints([INT_MAX]), g.ints([1])])   # (1, L)
-    pooled = g.op("Squeeze", [g.op("MatMul", [w, h]), g.ints([1])])          # (B, d)
+    pooled = g.op("MatMul", [w, h])                                          # (B, 1, d)
     decay = g.const(alpha ** np.arange(0, frames + 1, dtype=np.float64), "ema_decay")  # α^0 … α^max
     decay_L = g.op("Gather", [decay, g.op("Squeeze", [L, g.ints([0])])])
     return g.op("Add", [pooled, g.op("Mul", [p0, decay_L])])
@@ -189,13 +187,14 @@ def build(net, max_samples: int) -> onnx.ModelProto:
     cfg, g = net.cfg, Graph()
     frames = max_samples // cfg.frontend_stride
     sizes = [size for _, size in net.state_layout()]
-    parts = g.op("Split", ["state", g.ints(sizes, "split")], outputs=len(sizes), axis=1)
+    state = g.op("Unsqueeze", ["state", g.ints([1])])                        # (B, 1, state_size)
+    parts = g.op("Split", [state, g.ints(sizes, "split")], outputs=len(sizes), axis=2)
     # L, 2L and the pads that bring [state | L steps] to the kernels' max frames, computed once
     L = g.op("Div", [g.op("Slice", [g.op("Shape", ["audio"]), g.ints([1]), g.ints([2])]),
                      g.ints([cfg.frontend_stride])])                       # (1,) int64
     two_L = g.op("Mul", [L, g.ints([2])])
     pad = g.op("Concat", [g.ints([0, 0, 0, 0, 0]), g.op("Sub", [g.ints([2 * frames]), two_L])], axis=0)
-    h, tail = frontend(g, net, "audio", parts[0])
+    h, tail = frontend(g, net, g.op("Unsqueeze", ["audio", g.ints([1])]), parts[0])
     states = [tail]
     for blk, z0 in zip(net.blocks, parts[1:-1]):
         h, z = block(g, blk, h, z0, frames, pad, two_L)
@@ -203,9 +202,12 @@ def build(net, max_samples: int) -> onnx.ModelProto:
     pooled = pooling(g, net, h, parts[-1], frames, L)
     states.append(pooled)
     logits = g.op("Add", [g.op("MatMul", [layer_norm(g, pooled, net.norm), g.const(f64(net.head.weight).T, "head_w")]),
-                          g.const(f64(net.head.bias), "head_b")])
-    g.nodes.append(helper.make_node("Softmax", [logits], ["scores"], axis=-1, name="Softmax_scores"))
-    g.nodes.append(helper.make_node("Concat", states, ["state_out"], axis=1, name="Concat_state_out"))
+                          g.const(f64(net.head.bias), "head_b")])                 # (B, 1, classes)
+    squeeze = g.ints([1], "axis")
+    g.nodes.append(helper.make_node("Squeeze", [g.op("Softmax", [logits], axis=-1), squeeze], ["scores"],
+                                    name="Squeeze_scores"))
+    g.nodes.append(helper.make_node("Squeeze", [g.op("Concat", states, axis=2), squeeze], ["state_out"],
+                                    name="Squeeze_state_out"))
     n_classes, size = cfg.n_classes, net.state_size
     graph = helper.make_graph(
         g.nodes, "rotkws_stream",
