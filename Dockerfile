@@ -5,7 +5,7 @@
 #   docker run --rm -p 7860:7860 rotkws-demo          # then open http://localhost:7860
 #
 #   docker build --target train -t rotkws-train .    # training and export on CUDA GPUs
-#   docker run --rm --gpus all -v /path/to/data:/data rotkws-train train --config training/configs/kws12_cpu.yaml
+#   docker run --rm --gpus all -v /path/to/data:/data rotkws-train train --config training/configs/kws12.yaml
 #
 # The browser only lets a page use the microphone on https:// or http://localhost.
 

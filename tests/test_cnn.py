@@ -157,6 +157,10 @@ def test_config_keys_are_checked_against_the_chosen_arch():
     assert cfg.model["arch"] == "dscnn" and cfg.augment.preroll_prob == 0.0
     peer = load_config(REPO / "training" / "configs" / "kws12_cpu.yaml")     # the RotRNN it is compared with
     assert (cfg.data, cfg.optim) == (peer.data, peer.optim)
+    on_pixels = load_config(REPO / "training" / "configs" / "dscnn_logmel.yaml")   # the peer of kws12.yaml
+    default = load_config(REPO / "training" / "configs" / "kws12.yaml")
+    assert (on_pixels.data, on_pixels.optim) == (default.data, default.optim)
+    assert on_pixels.model["frontend"] == default.model["frontend"] == "logmel"
     with pytest.raises(ConfigError, match=r"'model.d_model': model \(arch dscnn\) has arch, "):
         load_config(CONFIG, {"model.d_model": "8"})
     with pytest.raises(ConfigError, match="model.arch: expected rotrnn or dscnn, got 'cnn'"):
