@@ -5,6 +5,8 @@ when it runs, so `rotkws detect` and `rotkws demo` never import torch, and `rotk
 only where the `train` extra is installed.
 """
 import importlib
+import importlib.metadata
+import os
 import sys
 
 # name → (module, what it does); `eval` goes to training with --checkpoint, to the runtime otherwise
@@ -20,9 +22,16 @@ COMMANDS = {
 
 
 def usage() -> str:
-    lines = ["usage: rotkws COMMAND [options]   (rotkws COMMAND --help for its options)", ""]
+    lines = ["usage: rotkws COMMAND [options]   (rotkws COMMAND --help for its options; rotkws --version)", ""]
     lines += [f"  {name:<8}{text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("rotkws")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown (not installed: pip install -e .)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"rotkws {version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"rotkws: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
@@ -43,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rotkws {name}: {e.name} is not installed here; "
               f"install the extra it needs, e.g. pip install -e '.[train]'", file=sys.stderr)
         return 2
-    return int(entry(rest) or 0)
+    try:
+        return int(entry(rest) or 0)
+    except BrokenPipeError:              # `rotkws eval … | head -1`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit's flush
+        return 0
 
 
 if __name__ == "__main__":

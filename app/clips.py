@@ -19,6 +19,8 @@ SILENCE = "_silence_"                     # the label of clips with no speech
 UNKNOWN = "_unknown_"                     # the label of words the model does not spot
 BACKGROUND_NOISE = "_background_noise_"   # the folder of long noise files, never clips
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+PEAK_LIMIT = 4.0    # |sample| above this (+12 dB over full scale) is a broken file, not audio;
+                    # float files may go a little over ±1 (inter-sample peaks) and are kept
 
 
 class ClipError(ValueError):
@@ -48,17 +50,59 @@ def speaker_of(filename: str) -> str:
 def read_audio(path) -> tuple[np.ndarray, int]:
     """(samples,) float32 mono in [−1, 1] and its sample rate in Hz; channels are averaged.
 
-    Any format soundfile reads (WAV 8/16/24/32-bit, FLAC, OGG). A file that is missing or is not
-    audio raises ClipError naming it.
+    Any format soundfile reads (WAV 8/16/24/32-bit, FLAC, OGG). A file that is missing, a folder,
+    not audio, empty, truncated, or whose samples are not finite or far beyond full scale
+    (PEAK_LIMIT) raises ClipError naming it and saying which.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ClipError(f"{path}: no such audio file")
+    check_audio_file(path)
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)   # (samples, channels)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         raise ClipError(f"{path}: not a readable audio file (expected WAV/FLAC/OGG): {e}") from None
+    if not len(data):
+        raise ClipError(f"{path}: holds no audio samples (an empty or header-only file)")
+    check_samples(data, path)
     return data.mean(axis=1, dtype=np.float32), int(rate)
+
+
+def check_audio_file(path: Path) -> None:
+    """ClipError unless `path` is a file, and, for a WAV, one as long as its header says."""
+    if path.is_dir():
+        raise ClipError(f"{path}: is a folder; expected an audio file (WAV/FLAC/OGG)")
+    if not path.is_file():
+        raise ClipError(f"{path}: no such audio file")
+    missing = wav_missing_bytes(path)
+    if missing:
+        raise ClipError(f"{path}: truncated: its WAV header promises {missing} more bytes of audio")
+
+
+def wav_missing_bytes(path: Path) -> int:
+    """How many bytes of its `data` chunk a RIFF/WAVE file lacks (0 for complete files and for
+    anything that is not a WAV: soundfile judges those)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return 0
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                return 0                                   # no data chunk: soundfile will say
+            declared = int.from_bytes(chunk[4:], "little")
+            if chunk[:4] == b"data":
+                return max(0, f.tell() + declared - size)
+            f.seek(declared + declared % 2, 1)             # chunks are padded to even sizes
+
+
+def check_samples(data: np.ndarray, path) -> None:
+    """ClipError if the samples (float, full scale ±1) are not finite or beyond PEAK_LIMIT."""
+    if not np.isfinite(data).all():
+        raise ClipError(f"{path}: holds non-finite samples (NaN or infinity)")
+    peak = float(np.abs(data).max(initial=0.0))
+    if peak > PEAK_LIMIT:
+        raise ClipError(f"{path}: samples far outside [−1, 1] (peak {peak:.3g}, the limit is "
+                        f"{PEAK_LIMIT:g}); expected audio scaled to full scale ±1")
 
 
 def folder_label(folder: str, filename: str, labels) -> str | None:
@@ -78,6 +122,9 @@ def list_clips(root, labels) -> list[Clip]:
     Raises ClipError when root does not exist or holds no clip for these labels.
     """
     root = Path(root)
+    if root.is_file():
+        raise ClipError(f"{root} is a file; expected a folder with one subfolder per word "
+                        f"(the Speech Commands layout)")
     if not root.is_dir():
         raise ClipError(f"data folder {root} does not exist (expected a folder with one "
                         f"subfolder per word, the Speech Commands layout)")

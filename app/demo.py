@@ -8,6 +8,7 @@ The page streams the microphone to the server (`gr.Audio(streaming=True)`: brows
 A file upload runs the same path over a file. `app/web/`, where present, is served at /web.
 """
 import argparse
+import socket
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -176,8 +177,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", type=Path, default=None,
                    help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name})")
     p.add_argument("--host", default=HOST, help=f"address to bind (default {HOST}; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=PORT, help=f"port (default {PORT})")
+    p.add_argument("--port", type=port_number, default=PORT, help=f"port, 1–65535 (default {PORT})")
     return p.parse_args(argv)
+
+
+def port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, got {text!r}")
+    return port
+
+
+def check_bindable(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (in use, no such address), or None."""
+    try:
+        with socket.create_server((host, port)):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         model = KeywordModel(args.model)
     except ModelError as e:
         print(f"rotkws demo: {e}", file=sys.stderr)
+        return 2
+    problem = check_bindable(args.host, args.port)
+    if problem:
+        print(f"rotkws demo: cannot listen on {args.host}:{args.port}: {problem} "
+              f"(choose another --port or --host)", file=sys.stderr)
         return 2
     app = build_app(build_demo(model), model_path=model.path)
     print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)

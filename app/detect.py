@@ -15,6 +15,7 @@ from pathlib import Path
 
 import soundfile as sf
 
+from app.clips import ClipError, check_audio_file, check_samples
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 
 BLOCK_SECONDS = 1.0   # read files in blocks of this length
@@ -35,17 +36,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def stream_file(spotter: KeywordSpotter, path: Path):
     """Yield the spotter's result for each block of the file, then for its end."""
-    if not path.is_file():
-        raise ValueError("no such file")
+    check_audio_file(path)                      # a folder, missing, a truncated WAV
     try:
         f = sf.SoundFile(str(path))
     except (sf.LibsndfileError, RuntimeError) as e:
-        raise ValueError(f"not an audio file soundfile can read (expected WAV/FLAC/OGG): {e}") from None
+        raise ClipError(f"{path}: not a readable audio file (expected WAV/FLAC/OGG): {e}") from None
     spotter.reset()
+    read = 0
     with f:
         block = max(1, int(BLOCK_SECONDS * f.samplerate))
         for data in f.blocks(blocksize=block, dtype="float32", always_2d=True):
+            check_samples(data, path)
+            read += len(data)
             yield spotter.process(data, f.samplerate)
+    if read == 0:
+        raise ClipError(f"{path}: holds no audio samples (an empty or header-only file)")
     yield spotter.flush()
 
 
@@ -77,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for result in stream_file(spotter, path):
                 emit(writer, path, result, args.scores)
-        except ValueError as e:
-            print(f"rotkws detect: {path}: {e}", file=sys.stderr)
+        except ValueError as e:                 # ClipError names the file itself
+            print(f"rotkws detect: {'' if isinstance(e, ClipError) else f'{path}: '}{e}", file=sys.stderr)
             failed += 1
         except BrokenPipeError:                 # `rotkws detect … | head`: the reader has had enough
             sys.stdout = open(os.devnull, "w")

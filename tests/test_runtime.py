@@ -251,7 +251,7 @@ def test_detect_reads_any_wav_and_goes_on_past_a_bad_file(paths, clip, tmp_path,
     lines = [json.loads(line) for line in out.splitlines()]
     assert {d["file"] for d in lines} == {str(f) for f in files}                # every good file, in order
     assert all(set(d) == {"file", "keyword", "time_s", "score"} and d["keyword"] in LABELS for d in lines)
-    assert "notes.wav: not an audio file" in err and "gone.wav: no such file" in err
+    assert "notes.wav: not a readable audio file" in err and "gone.wav: no such audio file" in err
 
 
 def test_detect_prints_the_score_track_as_csv(paths, clip, tmp_path, capsys):

@@ -1,0 +1,115 @@
+"""The `rotkws` command with bad input: each row is an input, the exit code and the one-line
+message a user gets (never a traceback), for `detect`, `eval --model` and `demo`; and the
+command's own flags (--version, a closed pipe)."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from app import cli
+from conftest import CLIPS, REPO
+from onnx_models import META, exported
+
+GOOD = sorted(CLIPS.glob("yes/*.wav"))[0]
+
+
+@pytest.fixture(scope="module")
+def model(request) -> str:
+    return str(exported("logmel", request.config.cache.mkdir("rotkws-onnx"), **META)[1])
+
+
+def bad_files(root):
+    """name → a file (or folder) that is not a usable recording, and the message it must get."""
+    full = root / "full.wav"
+    sf.write(full, (np.random.default_rng(0).standard_normal(16_000) * 0.1).astype(np.float32), 16_000, subtype="PCM_16")
+    data = full.read_bytes()
+    files = {"empty": (b"", "not a readable audio file"),
+             "header_only": (data[:44], "truncated: its WAV header promises 32000 more bytes"),
+             "truncated": (data[: len(data) // 2], "truncated: its WAV header promises"),
+             "text": (b"not audio at all", "not a readable audio file")}
+    out = {}
+    for name, (content, message) in files.items():
+        (root / f"{name}.wav").write_bytes(content)
+        out[name] = (root / f"{name}.wav", message)
+    for name, value in (("nan", np.nan), ("huge", 1e30)):
+        sf.write(root / f"{name}.wav", np.full(16_000, value, np.float32), 16_000, subtype="FLOAT")
+    out["nan"] = (root / "nan.wav", "holds non-finite samples")
+    out["huge"] = (root / "huge.wav", "samples far outside [−1, 1] (peak 1e+30")
+    out["folder"] = (root, "is a folder; expected an audio file")
+    out["missing"] = (root / "gone.wav", "no such audio file")
+    return out
+
+
+CASES = ["empty", "header_only", "truncated", "text", "nan", "huge", "folder", "missing"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_detect_refuses_a_bad_file_by_name_and_goes_on(model, tmp_path, capsys, case):
+    from app.detect import main
+    path, message = bad_files(tmp_path)[case]
+    assert main(["--model", model, str(path), str(GOOD)]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith(f"rotkws detect: {path}: {message}") and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", ["nan", "huge", "truncated", "header_only", "text"])
+def test_eval_skips_and_counts_a_bad_clip_in_a_folder(model, tmp_path, capsys, case):
+    """A broken clip in yes/ is refused, counted, and not scored."""
+    from app.evaluate import main
+    folder = tmp_path / "data"
+    (folder / "yes").mkdir(parents=True)
+    for p in sorted(CLIPS.glob("yes/*.wav")):
+        (folder / "yes" / p.name).write_bytes(p.read_bytes())
+    bad, message = bad_files(tmp_path)[case]
+    (folder / "yes" / "aaaa0000_nohash_0.wav").write_bytes(bad.read_bytes())
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        assert main(["--model", model, "--data", str(folder), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["skipped_corrupt"] == 1 and result["n"] == 2
+
+
+@pytest.mark.parametrize("data,message", [("file", "is a file; expected a folder"),
+                                          ("missing", "does not exist")])
+def test_eval_names_a_data_path_that_is_not_a_folder(model, tmp_path, capsys, data, message):
+    from app.evaluate import main
+    path = GOOD if data == "file" else tmp_path / "nowhere"
+    assert main(["--model", model, "--data", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rotkws eval: ") and message in err and "Traceback" not in err
+
+
+def test_demo_refuses_a_port_out_of_range_and_a_busy_one(capsys):
+    from app.demo import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--port", "99999"])
+    assert exit_.value.code == 2
+    assert "expected a port number from 1 to 65535, got '99999'" in capsys.readouterr().err
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert main(["--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert "serving on" not in out
+    assert err.startswith(f"rotkws demo: cannot listen on 127.0.0.1:{port}: ") and "--port" in err
+
+
+def test_version_and_help(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("rotkws ")
+    assert cli.main(["--help"]) == 0 and "--version" in capsys.readouterr().out
+
+
+def test_a_closed_pipe_ends_the_command_quietly(model):
+    """`rotkws detect --scores … | head -1`: no BrokenPipeError traceback."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = (f"{sys.executable} -m app.cli detect --model {model} --scores "
+           + " ".join(str(p) for p in sorted(CLIPS.glob("*/*.wav"))) + " | head -1")
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.stdout.startswith("file,time_s,")
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
