@@ -13,6 +13,7 @@ from export.onnx import ExportError, check_no_loops, export_onnx, metadata
 from export.quantize import quantize_int8, scan_kernel_nodes
 from export.stream_graph import FLOAT_ONLY
 from export.verify import TOLERANCE, VerificationError, open_session, run_onnx, run_torch, verify_export
+from model import RotRNNClassifier, RotRNNConfig
 from onnx_models import KINDS, LABELS, MAX_SAMPLES, META, build, exported
 
 STREAMING = ("filterbank", "linear", "logmel")
@@ -67,6 +68,18 @@ def test_stream_graph_is_small_and_streams_a_second_exactly(models, real_clips):
     ref, ref_state = run_torch(net, audio, net.initial_state(len(audio)).numpy())
     assert np.abs(scores - ref).max() <= TOLERANCE
     np.testing.assert_allclose(state, ref_state, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", [{"layer": "lru"}, {"normalize_input": False}])
+def test_stream_graph_builds_the_ablations_verified(tmp_path, variant):
+    """The bench's ablation arms (the LRU in RotRNN's place, ξ off) export as stream graphs too."""
+    torch.manual_seed(0)
+    net = RotRNNClassifier(RotRNNConfig(labels=LABELS, frontend="logmel", d_model=16, state=16, heads=4,
+                                        layers=2, chunk=16, dropout=0.0, **variant)).eval()
+    path = export_onnx(net, tmp_path / "ablation.onnx")
+    assert onnx.load(path).graph.name == "rotkws_stream"
+    report = json.loads(props(path)["export"])["verified_max_abs_diff"]
+    assert report["random"] <= TOLERANCE and report["stream"] <= TOLERANCE
 
 
 def test_check_no_loops_rejects_a_loop():
