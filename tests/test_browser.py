@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.demo_client import DemoServer
+from benchmarks.demo_client import DemoServer
 from app.spotter import KeywordModel
 from test_demo import BROWSER_RATE, KEYWORD_CLIPS, at_48k, require_default_model, stream
 

@@ -288,7 +288,8 @@ def test_eval_reports_clip_accuracy_as_json(paths, capsys):
     result = json.loads(capsys.readouterr().out)
     assert {"accuracy", "per_class", "n"} <= set(result) and result["n"] == 24
     assert set(result["per_class"]) == set(LABELS) and result["support"]["_unknown_"] == 16
-    assert 0 <= result["accuracy"] <= 1
+    confusion = np.array(result["confusion"])                  # the accuracy is the confusion's
+    assert confusion.sum() == 24 and result["accuracy"] == pytest.approx(np.trace(confusion) / 24)
     assert main(["--model", str(paths["filterbank"]), "--data", str(CLIPS / "none")]) == 2
 
 
