@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from model.classifiers import classifier_arch
 
 from . import stream_graph
-from .verify import TOLERANCE, verify_export
+from .verify import TOLERANCE, VerificationError, verify_export
 
 MAX_SAMPLES = 16_000                       # longest single call: 1 s at 16 kHz
 STREAM_GRAPH_MAX_SAMPLES = 1_600           # … of a node-by-node stream graph (export/stream_graph.py):
@@ -168,12 +168,10 @@ def default_max_samples(net: nn.Module) -> int:
     return STREAM_GRAPH_MAX_SAMPLES if stream_graph.supports(net) else MAX_SAMPLES
 
 
-def write_onnx(net: nn.Module, path, *, max_samples: int | None = None,
-               meta: dict | None = None) -> Path:
-    """Build the graph (node by node where export/stream_graph.py supports `net`, else traced
-    from a frozen copy; `net` is left untouched) and write the file, unverified.
-    max_samples: the longest single call (None: default_max_samples)."""
-    path = Path(path)
+def build_onnx(net: nn.Module, *, max_samples: int | None = None, meta: dict | None = None) -> onnx.ModelProto:
+    """The graph with its metadata, in memory and unverified: node by node where
+    export/stream_graph.py supports `net`, else traced from a frozen copy (`net` is left
+    untouched). max_samples: the longest single call (None: default_max_samples)."""
     max_samples = max_samples or default_max_samples(net)
     check_max_samples(net, max_samples)
     with torch.no_grad():
@@ -185,9 +183,7 @@ def write_onnx(net: nn.Module, path, *, max_samples: int | None = None,
     check_dynamic_axes(proto)
     proto.producer_name, proto.doc_string = "rotkws", __doc__
     set_metadata(proto, metadata(net, max_samples, meta))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(proto, path)
-    return path
+    return proto
 
 
 def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
@@ -203,20 +199,23 @@ def export_onnx(net: nn.Module, path, *, max_samples: int | None = None,
     meta:  provenance for the metadata (`training_data`, `accuracy`, `detection`, …)
     clips: real 16 kHz mono float32 arrays the verification also runs on
 
-    The file's `export` metadata records the export time and the verification's max |Δ score|
-    per check. Raises ExportError if the graph holds a loop, verify.VerificationError if
-    onnxruntime and PyTorch disagree by more than verify.TOLERANCE: the file is then left as
-    `*.unverified.onnx` beside `path`, for inspection, and `path` is not written.
+    The graph is built and verified in memory and the file written once, its `export` metadata
+    recording the export time and the verification's max |Δ score| per check. Raises ExportError
+    if the graph holds a loop, verify.VerificationError if onnxruntime and PyTorch disagree by more
+    than verify.TOLERANCE: the graph is then written to `*.unverified.onnx` beside `path`, for
+    inspection, and `path` is not written.
     """
     path = Path(path)
-    unverified = path.with_suffix(".unverified.onnx")
     started = time.perf_counter()
-    write_onnx(net, unverified, max_samples=max_samples, meta=meta)
+    proto = build_onnx(net, max_samples=max_samples, meta=meta)
     seconds = time.perf_counter() - started
-    report = verify_export(net, unverified, clips)
-    proto = onnx.load(unverified)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        report = verify_export(net, proto.SerializeToString(), clips, name=path.name)
+    except VerificationError:
+        onnx.save(proto, path.with_suffix(".unverified.onnx"))
+        raise
     set_metadata(proto, {"export": json.dumps({"seconds": round(seconds, 2), "nodes": len(proto.graph.node),
                                                "verified_max_abs_diff": report, "tolerance": TOLERANCE})})
     onnx.save(proto, path)
-    unverified.unlink()
     return path

@@ -25,10 +25,12 @@ class VerificationError(AssertionError):
     """onnxruntime and PyTorch disagree beyond TOLERANCE."""
 
 
-def open_session(path) -> ort.InferenceSession:
+def open_session(model) -> ort.InferenceSession:
+    """A one-thread CPU session on a file (a path) or a serialised model (bytes)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, bytes) else str(model)
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def run_onnx(session: ort.InferenceSession, audio: np.ndarray, state: np.ndarray | None):
@@ -102,11 +104,13 @@ def compare_stream(net, session, max_samples: int, rng) -> float | None:
     return float(max(np.abs(scores - ref).max(), np.abs(whole - ref).max()))
 
 
-def verify_export(net: nn.Module, path, clips=(), seed: int = 0) -> dict:
-    """Run the checks on the file at `path`; return {"random", "clips", "stream", "lengths"}
-    (max |Δ score| each, None where it does not apply); raise VerificationError on a failure."""
+def verify_export(net: nn.Module, model, clips=(), seed: int = 0, name: str | None = None) -> dict:
+    """Run the checks on `model` (a file's path, or a serialised model's bytes, then called
+    `name` in errors); return {"random", "clips", "stream", "lengths"} (max |Δ score| each, None
+    where it does not apply); raise VerificationError on a failure."""
     net = copy.deepcopy(net).eval()
-    session = open_session(path)
+    session = open_session(model)
+    name = name or ("the serialised graph" if isinstance(model, bytes) else Path(model).name)
     max_samples = int(session.get_modelmeta().custom_metadata_map["max_samples"])
     rng = np.random.default_rng(seed)
     report = {"random": compare_random(net, session, max_samples, rng),
@@ -115,6 +119,6 @@ def verify_export(net: nn.Module, path, clips=(), seed: int = 0) -> dict:
               "lengths": check_lengths(net, max_samples)}
     failed = {k: v for k, v in report.items() if k != "lengths" and v is not None and not v <= TOLERANCE}
     if failed:
-        raise VerificationError(f"{Path(path).name}: onnxruntime differs from PyTorch by "
+        raise VerificationError(f"{name}: onnxruntime differs from PyTorch by "
                                 f"{failed} (max |Δ score|), expected ≤ {TOLERANCE}")
     return report
