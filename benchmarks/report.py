@@ -27,8 +27,11 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def write_section(name: str, title: str, body: str, path: Path = BENCHMARKS_MD) -> None:
-    stamp = f"_Measured {datetime.date.today().isoformat()} on {machine()} by `benchmarks/{name}.py`._"
+def write_section(name: str, title: str, body: str, path: Path = BENCHMARKS_MD,
+                  script: str | None = None) -> None:
+    """Replace (or append) section `name`; `script` is the file that measured it (default
+    benchmarks/<name>.py)."""
+    stamp = f"_Measured {datetime.date.today().isoformat()} on {machine()} by `benchmarks/{script or name}.py`._"
     section = f"<!-- bench:{name} -->\n## {title}\n\n{stamp}\n\n{body.strip()}\n<!-- /bench:{name} -->"
     text = path.read_text() if path.exists() else HEADER
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)

@@ -1,6 +1,8 @@
 """Write a training run's measured figures (from its own metrics.csv) into BENCHMARKS.md.
 
-    .venv/bin/python -m benchmarks.training_report RUN_DIR [--name kws12_cpu]
+    .venv/bin/python -m benchmarks.training_report RUN_DIR [--name CONFIG] [--note TEXT]
+
+RUN_DIR names the section; --name is the config file (training/configs/CONFIG.yaml) it ran.
 """
 import argparse
 import csv
@@ -24,19 +26,21 @@ def epochs(run: Path) -> list[dict]:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("run", type=Path)
-    p.add_argument("--name", default="kws12_cpu")
+    p.add_argument("--name", default="kws12", help="the config's name (training/configs/NAME.yaml)")
+    p.add_argument("--note", default="", help="how the run went (overrides, where it stopped), after the config")
     args = p.parse_args(argv)
     rows = [r for r in epochs(args.run) if "val/acc" in r]
     best = max(rows, key=lambda r: r["val/acc"])
     secs = [r["train/epoch_seconds"] for r in rows if "train/epoch_seconds" in r]
-    body = (f"Run `{args.run.name}` of `training/configs/{args.name}.yaml`: {len(rows)} epochs; best validation "
+    body = (f"Run `{args.run.name}` of `training/configs/{args.name}.yaml`{args.note}: {len(rows)} epochs; best validation "
             f"accuracy {best['val/acc']:.3f} at epoch {best['epoch']} (train accuracy there, with augmentation: "
             f"{best.get('train/acc', float('nan')):.3f}); median {statistics.median(secs):.0f} s per epoch "
             f"({statistics.median(secs) * len(rows) / 60:.0f} min for the run), on the CPU shared with other work.\n\n"
             "| epoch | validation accuracy | s/epoch |\n| ---: | ---: | ---: |\n"
             + "\n".join(f"| {r['epoch']} | {r['val/acc']:.3f} | {r.get('train/epoch_seconds', float('nan')):.0f} |"
                         for r in rows[::5] + [rows[-1]]))
-    write_section(f"training_{args.name}", f"Training `{args.name}` on this CPU", body)
+    write_section(f"training_{args.run.name}", f"Training `{args.run.name}` on this CPU", body,
+                  script="training_report")
     print(body)
 
 
