@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 SAMPLE_RATE = 16_000    # Hz: the corpus's audio, and every model's
 FRAME = 480             # samples per analysis frame (30 ms), periodic Hann window
-HOP = 160               # samples between frames (10 ms): 100 frames per second
+HOP = 160               # samples between frames (10 ms)
+FRAME_RATE = SAMPLE_RATE / HOP      # 100 frames per second
 N_FFT = 512             # the frame is zero-padded to this for the rfft
 N_MELS = 40             # mel bands
 F_MIN, F_MAX = 20.0, 4000.0          # Hz: the lowest and highest filter edges

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model.logmel import (HOP, PIXEL_MAX, PIXEL_SLOPE, SAMPLE_RATE, pixels_from_power,
-                          power_from_pixels)
+from model.logmel import FRAME_RATE, PIXEL_MAX, PIXEL_SLOPE, pixels_from_power, power_from_pixels
+
+PREROLL_NOISE_DB = (-40.0, 0.0)   # pixel pre-roll: the noise's level range (volume 0.01 to 1)
 
 
 @dataclass
@@ -139,9 +140,9 @@ def augment_pixels(pixels: Tensor, noise: Tensor | None, cfg: AugmentConfig,
     if not cfg.enabled:
         return pixels
     B, T, F = pixels.shape
-    dev, rate = pixels.device, SAMPLE_RATE / HOP
+    dev = pixels.device
     speed = uniform(B, cfg.speed_min, cfg.speed_max, g, dev)
-    shift = uniform(B, -cfg.shift_seconds, cfg.shift_seconds, g, dev) * rate
+    shift = uniform(B, -cfg.shift_seconds, cfg.shift_seconds, g, dev) * FRAME_RATE
     rows = pixels.transpose(1, 2).reshape(B * F, T)                           # one row per band
     moved = speed_and_shift(rows, speed.repeat_interleave(F), shift.repeat_interleave(F))
     pixels = moved.view(B, F, T).transpose(1, 2)
@@ -163,14 +164,13 @@ def preroll_pixels(pixels: Tensor, noise: Tensor | None, cfg: AugmentConfig,
     """(B, T, F) → (B, P + T, F): P frames (one length for the batch) of noise at a random level,
     or of another clip's end, before each clip."""
     B, T, F = pixels.shape
-    rate = SAMPLE_RATE / HOP
-    lo, hi = (round(s * rate) for s in (cfg.preroll_min_seconds, cfg.preroll_max_seconds))
+    lo, hi = (round(s * FRAME_RATE) for s in (cfg.preroll_min_seconds, cfg.preroll_max_seconds))
     P = int(torch.randint(lo, hi + 1, (1,), generator=g, device=pixels.device))
     other = pixels[torch.randperm(B, generator=g, device=pixels.device)][:, max(0, T - P):]
     other = torch.nn.functional.pad(other, (0, 0, P - other.shape[1], 0))     # (B, P, F)
     if noise is None or noise.shape[0] <= P:
         return torch.cat([other, pixels], 1)
-    level_db = uniform(B, -40.0, 0.0, g, pixels.device)                      # volume ∈ [0.01, 1]
+    level_db = uniform(B, *PREROLL_NOISE_DB, g, pixels.device)
     background = gain_pixels(noise_frames(noise, B, P, g), level_db)
     use_clip = torch.rand(B, 1, 1, generator=g, device=pixels.device) < cfg.preroll_clip_prob
     return torch.cat([torch.where(use_clip, other, background), pixels], 1)

@@ -48,9 +48,10 @@ class KWSModule(L.LightningModule):
         self.optim = OptimConfig(**optim)
         self.aug = AugmentConfig(**(augment or {}))
         self.task, self.seed, self.data = task, seed, data or []
+        # True: batches are log-mel pixels (B, frames, N_MELS), not audio (the logmel front-end)
+        self.features = getattr(self.net.cfg, "reads_pixels", False)
         self.noise: Tensor | None = None               # background noise, set by the trainer: flat
-                                                       # samples, or (M, N_MELS) pixels for a
-        self.features = getattr(self.net.cfg, "reads_pixels", False)   # network fed log-mel pixels
+                                                       # samples, or (M, N_MELS) pixel frames
         self._epoch_started: float | None = None       # None in an epoch resumed mid-way
         n = self.net.cfg.n_classes
         self.acc = torch.nn.ModuleDict({s: MulticlassAccuracy(n, average="micro")
