@@ -103,20 +103,20 @@ def recurrence_kernel(log_mag: np.ndarray, angle: np.ndarray, frames: int) -> np
 
 
 def layer_constants(rnn, frames: int) -> dict[str, np.ndarray]:
-    """v = u Bᵀ with B = ξPᵀB (2K, d) re/im interleaved; y = [z | u] [Cᵀ; diag D] with C = CP
-    (d, 2K); the kernel (recurrence_kernel). All from a float64 copy of the layer, nothing frozen."""
+    """v = u Bᵀ with B = ξPᵀB (2K, d) re/im interleaved; y = z Cᵀ with C = CP (d, 2K); D; the
+    kernel (recurrence_kernel). All from a float64 copy of the layer, nothing frozen."""
     twin = copy.deepcopy(rnn).double()
     twin.frozen = twin.frozen_maps = twin.reverse = None
     with torch.no_grad():
         _, Bt, Ct = twin._maps()
         log_mag, angle = twin._lambda()
     d = Bt.shape[-1]
-    C = f64(Ct).reshape(d, -1).T                                             # (2K, d)
-    if rnn.D is not None:                                                    # y = [z | u] [C; diag D]
-        C = np.concatenate([C, np.diag(f64(rnn.D))])
-    return {"B": f64(Bt).reshape(-1, d).T,                                   # (d, 2K)
-            "C": C, "skip": rnn.D is not None,
-            "W": recurrence_kernel(f64(log_mag), f64(angle), frames)}
+    out = {"B": f64(Bt).reshape(-1, d).T,                                   # (d, 2K)
+           "C": f64(Ct).reshape(d, -1).T,                                    # (2K, d)
+           "W": recurrence_kernel(f64(log_mag), f64(angle), frames)}
+    if rnn.D is not None:
+        out["D"] = f64(rnn.D)
+    return out
 
 
 # -- the graph ----------------------------------------------------------------------------------
@@ -161,8 +161,10 @@ def block(g: Graph, blk, h: str, z0: str, frames: int, pad: str, two_L: str) -> 
     z = g.op("Reshape", [z, g.ints([0, 0, -1, 2])])                          # (K, B, L, 2)
     z = g.op("Reshape", [g.op("Transpose", [z], perm=[1, 2, 0, 3]), g.ints([0, 0, -1])])   # (B, L, 2K)
     z_out = g.op("Slice", [z, g.ints([-1]), g.ints([INT_MAX]), g.ints([1])])  # (B, 1, 2K)
-    zu = g.op("Concat", [z, u], axis=2) if c["skip"] else z                  # (B, L, 2K + d)
-    y = gelu(g, g.op("MatMul", [zu, g.const(c["C"], "C")]))                  # (B, L, d)
+    y = g.op("MatMul", [z, g.const(c["C"], "C")])                            # (B, L, d)
+    if "D" in c:                                                             # + D ⊙ u
+        y = g.op("Add", [y, g.op("Mul", [u, g.const(c["D"], "D")])])
+    y = gelu(g, y)
     gate = g.op("Add", [g.op("MatMul", [y, g.const(f64(blk.gate.weight).T, "gate_w")]),
                         g.const(f64(blk.gate.bias), "gate_b")])
     y = g.op("Mul", [y, g.op("Sigmoid", [gate])])
