@@ -24,9 +24,9 @@ LEAD_S, TAIL_S = 1.0, 1.0    # silence around a clip, s
 VISITORS = 16
 THRESHOLD = None             # the handlers' None: the model's operating point (the slider's default)
 
-MIN_CLIPS_RIGHT = 0.6        # share of the 24 real clips the page must get right: a regression floor
-                             # under the bundled model's measured 16/24 (81.9 % clip accuracy on the
-                             # held-out speakers, app/models/MODEL_CARD.md); the aim is 97 %
+MIN_CLIPS_RIGHT = 0.85       # share of the 24 real clips the page must get right: a regression floor
+                             # under the bundled model's measured 23/24 (96.2 % clip accuracy on the
+                             # held-out speakers, app/models/MODEL_CARD.md)
 
 ALL_CLIPS = sorted(CLIPS.glob("*/*.wav"))
 KEYWORD_CLIPS = [p for p in ALL_CLIPS if not p.parent.name.startswith("_")]
