@@ -9,7 +9,7 @@ import importlib.metadata
 import os
 import sys
 
-# name → (module, what it does); `eval` goes to training with --checkpoint, to the runtime otherwise
+# name → (module, what it does)
 COMMANDS = {
     "train": ("training.cli", "train a classifier from a config file (needs the train extra)"),
     "eval": ("app.evaluate", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
@@ -47,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rotkws: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = COMMANDS[name][0]
-    if name == "eval" and any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in rest):
-        module = "training.evaluate"
     try:
         entry = importlib.import_module(module).main
     except ModuleNotFoundError as e:

@@ -1,15 +1,20 @@
-"""`rotkws eval --model M --data DIR [--split S] [--json]`: clip accuracy of an ONNX model, no torch.
+"""`rotkws eval (--model M | --checkpoint CKPT) --data DIR [--split S] [--json] [--png FILE]`.
 
-Every clip of a folder (or of one split of it: app/splits.py) in the Speech Commands layout (app/clips.py: words that are not labels
-count as `_unknown_`), each fitted to one second as training's eval fits it (zeros on both
-sides of a short clip, the loudest second of a long one), scored in one call from silence. The
-JSON has training's eval keys: `accuracy`, `per_class`, `n` (and `support`, `confusion`).
+Clip accuracy of an ONNX model (the torch-free runtime) or of a checkpoint of `rotkws train`
+(PyTorch; needs the train extra), one program for both: every clip of a folder in the Speech
+Commands layout (app/clips.py: words that are not labels count as `_unknown_`), or of one split
+of it (the folder's lists, else the speaker hash of app/splits.py); clips at another rate are
+resampled; each is fitted to one second (zeros on both sides of a short clip, the loudest second
+of a long one) and scored from silence. Corrupt clips are skipped, named and counted. Prints the
+accuracy, per class, and the confusion matrix (or one JSON object with `accuracy`, `per_class`,
+`n`, `support`, `confusion`, `skipped_corrupt`); --png also draws the matrix (needs matplotlib).
 """
 import argparse
 import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import soxr
@@ -19,7 +24,17 @@ from app.splits import SPLITS, folder_splits
 from app.spotter import DEFAULT_MODEL, KeywordModel
 
 CLIP_SECONDS = 1.0    # Speech Commands clips; what the models are trained on
-BATCH = 64            # clips per onnxruntime call
+BATCH = 64            # clips per call of the scorer
+
+
+class ClipScorer(Protocol):
+    """What eval scores with: a KeywordModel (ONNX), or training.evaluate.CheckpointScorer."""
+
+    labels: tuple[str, ...]
+    sample_rate: int
+
+    def clip_scores(self, audio: np.ndarray) -> np.ndarray:
+        """(n, samples) float32 clips → (n, classes) probabilities, each scored from silence."""
 
 
 def load_clips(clips, sample_rate: int) -> tuple[list, np.ndarray]:
@@ -51,7 +66,7 @@ def summarise(labels, truth: np.ndarray, pred: np.ndarray) -> dict:
             "confusion": confusion.tolist()}
 
 
-def evaluate(model: KeywordModel, data: Path, split: str = "all") -> dict:
+def evaluate(model: ClipScorer, data: Path, split: str = "all") -> dict:
     labels = list(model.labels)
     splits = folder_splits(data, labels)
     listed = [c for s in SPLITS if split in ("all", s) for c in splits[s]]
@@ -66,29 +81,51 @@ def evaluate(model: KeywordModel, data: Path, split: str = "all") -> dict:
 
 
 def print_table(result: dict) -> None:
+    labels = result["labels"]
     print(f"accuracy {result['accuracy']:.4f} on {result['n']} clips of {result['data']} ({result['split']}) "
           f"({result['skipped_corrupt']} corrupt skipped)")
-    for lab in result["labels"]:
+    for lab in labels:
         acc = result["per_class"][lab]
         print(f"  {lab:<12}{'—' if acc is None else f'{acc:.3f}':>7}  n={result['support'][lab]}")
+    width = max(4, max(len(str(v)) for row in result["confusion"] for v in row))
+    print("confusion (rows true, columns predicted, in label order):")
+    for lab, row in zip(labels, result["confusion"]):
+        print(f"  {lab:<12}" + " ".join(f"{v:>{width}}" for v in row))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rotkws eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
+    which.add_argument("--checkpoint", help="a .ckpt written by rotkws train (needs the train extra)")
     p.add_argument("--data", required=True, help="folder in the Speech Commands layout")
     p.add_argument("--split", choices=("all",) + SPLITS, default="all",
-                   help="only this split: the folder's lists, else the speaker hash of app/splits.py")
+                   help="only this split (default: all): the folder's lists, else the speaker hash of app/splits.py")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--png", help="also draw the confusion matrix into this PNG file (needs matplotlib)")
     return p.parse_args(argv)
+
+
+def scorer(args) -> ClipScorer:
+    if args.checkpoint is None:
+        return KeywordModel(args.model)
+    try:
+        from training.evaluate import CheckpointScorer     # torch: only for checkpoints
+    except ModuleNotFoundError as e:
+        raise ValueError(f"{e.name} is not installed here: --checkpoint needs the train extra "
+                         f"(pip install -e '.[train]'); export the checkpoint and use --model") from None
+    return CheckpointScorer(Path(args.checkpoint))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        result = evaluate(KeywordModel(args.model), Path(args.data), args.split)
-    except ValueError as e:                     # ModelError, ClipError
+        result = evaluate(scorer(args), Path(args.data), args.split)
+        if args.png:
+            save_confusion_png(result, Path(args.png))
+            result["png"] = args.png
+    except ValueError as e:                     # ModelError, ClipError, a checkpoint that does not load
         print(f"rotkws eval: {e}", file=sys.stderr)
         return 2
     if args.json:
@@ -96,6 +133,32 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_table(result)
     return 0
+
+
+def save_confusion_png(result: dict, path: Path) -> None:
+    """The confusion matrix of an eval result as a PNG (matplotlib: the train extra's)."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise ValueError("--png needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels, m = result["labels"], np.array(result["confusion"])
+    fig, ax = plt.subplots(figsize=(1 + 0.5 * len(labels), 1 + 0.45 * len(labels)))
+    ax.imshow(m, cmap="Blues")
+    ax.set_xticks(range(len(labels)), labels, rotation=90)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    for (i, j), v in np.ndenumerate(m):
+        if v:
+            ax.text(j, i, str(v), ha="center", va="center", fontsize=7,
+                    color="white" if v > m.max() / 2 else "black")
+    ax.set_title(f"accuracy {result['accuracy']:.3f} on {result['n']} clips")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import onnx
 
 from app.clips import ClipError
 from app.evaluate import evaluate as evaluate_onnx
+from app.evaluate import save_confusion_png
 from app.splits import folder_splits
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
 from benchmarks import ablation, bench_runtime, plots, stats, stream
@@ -389,8 +390,7 @@ def write_readme(r: dict, path: Path = README) -> None:
 
 
 def figures(r: dict, out: Path) -> None:
-    from training.evaluate import save_confusion_png
-    save_confusion_png(r["clip"], r["clip"]["labels"], out / "confusion.png")
+    save_confusion_png(r["clip"], out / "confusion.png")
     plots.det_png(r["stream"]["rows"], r["stream"]["hours"], r["stream"]["points"], out / "det.png")
     plots.ablation_png(r["ablation"]["arms"], out / "ablation.png")
 

@@ -113,3 +113,40 @@ def test_a_closed_pipe_ends_the_command_quietly(model):
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.startswith("file,time_s,")
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_eval_scores_a_checkpoint_and_its_export_alike(capsys):
+    """One eval, two kinds of model: the bundled checkpoint (PyTorch) and the file exported from
+    it (onnxruntime) classify the real clips the same way."""
+    from app.evaluate import main
+    from app.spotter import DEFAULT_MODEL
+    checkpoint = REPO / "training" / "checkpoints" / "kws12.ckpt"
+    results = []
+    for args in (["--checkpoint", str(checkpoint)], ["--model", str(DEFAULT_MODEL)]):
+        assert main(args + ["--data", str(CLIPS), "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    torch_run, onnx_run = results
+    assert torch_run["n"] == onnx_run["n"] == 24
+    assert torch_run["confusion"] == onnx_run["confusion"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--checkpoint", "nowhere.ckpt"], "checkpoint nowhere.ckpt does not exist"),
+    (["--checkpoint", str(GOOD)], "not a readable checkpoint"),
+    (["--model", "nowhere.onnx"], "no model at"),
+])
+def test_eval_names_a_model_it_cannot_load(args, message, capsys):
+    from app.evaluate import main
+    assert main(args + ["--data", str(CLIPS)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rotkws eval: ") and message in err and "Traceback" not in err
+
+
+def test_eval_help_shows_every_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "--help"])
+    text = capsys.readouterr().out
+    assert all(flag in text for flag in ("--model", "--checkpoint", "--data", "--split", "--json", "--png"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["eval", "--model", "a.onnx", "--checkpoint", "b.ckpt", "--data", "."])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from app.clips import SILENCE, UNKNOWN, list_clips
 from conftest import CLIPS, REPO
 from model import RotRNNConfig, classifier_from_checkpoint, paper_sc35_config
-from training import cli, evaluate
+from app import evaluate as app_evaluate
+from training import cli
 from training.augment import AugmentConfig, augment
 from training.config import load_config
 from training.data import DataConfig, KWSDataModule, folder_splits, speech_commands_splits
@@ -232,7 +233,8 @@ def test_checkpoint_rebuilds_the_network_with_weights_only(trained_tiny):
 def test_eval_json_on_a_tiny_checkpoint(trained_tiny, capsys):
     run, _, _, _ = trained_tiny
     ckpt = run / "checkpoints" / "last.ckpt"
-    assert evaluate.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--split", "all", "--json"]) == 0
+    png = ckpt.with_name("confusion.png")
+    assert app_evaluate.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--json", "--png", str(png)]) == 0
     result = json.loads(capsys.readouterr().out)
     confusion = np.array(result["confusion"])
     assert result["n"] == confusion.sum() == 24
