@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from app.clips import ClipError
 from app.spotter import HOP_SECONDS
-from model import SAMPLE_RATE
+from model import SAMPLE_RATE, count_parameters
 from training.data import read_clips
 from training.evaluate import load_network, predict, select_clips
 
@@ -157,5 +157,5 @@ def score_run(arm: str, seed: int, out: Path, clips: dict) -> dict:
     metrics = meta.get("rotkws", {}).get("metrics", {})
     return {"arm": arm, "seed": seed, "accuracy": accuracy, "n": int(len(truth)),
             "val_accuracy": metrics.get("val/acc"), "steps": int(meta.get("global_step", 0)),
-            "parameters": sum(p.numel() for p in net.parameters()),
+            "parameters": count_parameters(net),
             "flops_per_second": flops_per_second(net), "checkpoint": str(ckpt)}

@@ -35,7 +35,7 @@ ROUNDS = 3                              # … and the table the median (and best
 def export_random(out: Path, config: Path = CONFIG) -> dict:
     """The config's network with random weights → `out`; wall and CPU seconds."""
     from export.onnx import export_onnx
-    from model import RotRNNClassifier, RotRNNConfig
+    from model import RotRNNClassifier, RotRNNConfig, count_parameters
     from training.config import load_config
     from training.tasks import task_labels
     import torch
@@ -45,7 +45,7 @@ def export_random(out: Path, config: Path = CONFIG) -> dict:
     wall, cpu = time.perf_counter(), time.process_time()
     export_onnx(net, out, meta={"training_data": "none: random weights (benchmark)"})
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-            "parameters": sum(p.numel() for p in net.parameters()), "config": Path(config).name}
+            "parameters": count_parameters(net), "config": Path(config).name}
 
 
 # -- time ----------------------------------------------------------------------------------------

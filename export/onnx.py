@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from model.classifiers import classifier_arch
+from model.network import count_parameters
 
 from . import stream_graph
 from .verify import TOLERANCE, VerificationError, verify_export
@@ -99,7 +100,7 @@ def metadata(net: nn.Module, max_samples: int, meta: dict | None = None) -> dict
         "outputs": json.dumps(STREAM_OUTPUTS if streaming else CLIP_OUTPUTS),
         "scores": "softmax",
         "config": json.dumps(cfg.to_dict()),
-        "parameters": str(sum(p.numel() for p in net.parameters())),   # trained weights (not the kernels)
+        "parameters": str(count_parameters(net)),   # trained weights (not the kernels)
         "training_data": "unknown",
         "detection": "{}",
     }

@@ -16,8 +16,10 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from app.clips import fit_length
+from app.spotter import HOP_SECONDS, session_options   # the runtime's hop is one length checked
+
 TOLERANCE = 1e-4          # max |Δ score|: float32 rounding of two implementations is ~1e-6
-HOP_SECONDS = 0.1         # the runtime's default hop, one of the lengths checked
 UNEVEN_CUTS = (0.0, 0.0023, 0.0625, 0.06256, 0.3127, 0.5625, 0.99994, 1.0)   # of the longest call
 
 
@@ -26,11 +28,10 @@ class VerificationError(AssertionError):
 
 
 def open_session(model) -> ort.InferenceSession:
-    """A one-thread CPU session on a file (a path) or a serialised model (bytes)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    """A one-thread CPU session, with the runtime's settings, on a file (a path) or a serialised
+    model (bytes)."""
     source = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, session_options(1), providers=["CPUExecutionProvider"])
 
 
 def run_onnx(session: ort.InferenceSession, audio: np.ndarray, state: np.ndarray | None):
@@ -79,15 +80,10 @@ def compare_random(net, session, max_samples: int, rng) -> float:
     return worst
 
 
-def fit_clip(x: np.ndarray, samples: int) -> np.ndarray:
-    x = np.asarray(x, np.float32)[:samples]
-    return np.pad(x, (0, samples - len(x)))
-
-
 def compare_clips(net, session, max_samples: int, clips) -> float | None:
     if not len(clips):
         return None
-    audio = np.stack([fit_clip(c, max_samples) for c in clips])
+    audio = np.stack([fit_length(np.asarray(c, np.float32), max_samples) for c in clips])
     state = None if net.cfg.bidirectional else net.initial_state(len(audio)).numpy()
     return float(np.abs(run_onnx(session, audio, state)[0] - run_torch(net, audio, state)[0]).max())
 

@@ -10,14 +10,14 @@ kernels are the windowed DFT basis, squares, a matmul by the mel matrix, a log):
 network reads whole clips and keeps no state; the runtime slides a 1 s window over a stream.
 """
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torchaudio.functional import melscale_fbanks
 
 from .logmel import FRAME, HOP, PIXEL_MEAN, PIXEL_STD, LogMelPixels
-from .network import SAMPLE_RATE, BandNorm, spec_mask
+from .network import SAMPLE_RATE, BandNorm, ClassifierConfig, spec_mask
 
 WINDOW_SECONDS = 0.025   # 25 ms analysis window (Hann)
 HOP_SECONDS = 0.010      # 10 ms between frames
@@ -57,7 +57,7 @@ class LogMel(nn.Module):
 
 
 @dataclass
-class CNNConfig:
+class CNNConfig(ClassifierConfig):
     labels: tuple[str, ...] = ("yes", "no")   # class names; the class count is len(labels)
     sample_rate: int = SAMPLE_RATE            # Hz of the audio the network reads
     frontend: str = "logmel25"                # "logmel25": 25 ms windows, log(power + 1e-6), a
@@ -82,15 +82,6 @@ class CNNConfig:
             raise ValueError(f"expected channels ≥ 1 and blocks ≥ 0, got {self.channels} and {self.blocks}")
 
     @property
-    def n_classes(self) -> int:
-        return len(self.labels)
-
-    @property
-    def reads_pixels(self) -> bool:
-        """True when the network can be fed the log-mel image corpus (`forward_features`)."""
-        return self.frontend == "logmel"
-
-    @property
     def window(self) -> int:
         """Samples per analysis window (400 at 16 kHz; FRAME for the corpus's pixels)."""
         return FRAME if self.reads_pixels else round(WINDOW_SECONDS * self.sample_rate)
@@ -113,8 +104,6 @@ class CNNConfig:
     def streaming(self) -> bool:
         return False
 
-    def to_dict(self) -> dict:
-        return asdict(self) | {"labels": list(self.labels)}
 
 
 def conv_bn_relu(c_in: int, c_out: int, kernel, stride=1, padding=0, groups: int = 1) -> nn.Sequential:

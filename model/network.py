@@ -19,8 +19,24 @@ from .rotrnn import RotRNN
 FRONTENDS = ("linear", "conv", "filterbank", "logmel")
 
 
+class ClassifierConfig:
+    """What every classifier config (a dataclass with `labels` and `frontend`) derives alike."""
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.labels)
+
+    @property
+    def reads_pixels(self) -> bool:
+        """True when the network can be fed the log-mel image corpus (`forward_features`)."""
+        return self.frontend == "logmel"
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"labels": list(self.labels)}
+
+
 @dataclass
-class RotRNNConfig:
+class RotRNNConfig(ClassifierConfig):
     labels: tuple[str, ...] = ("yes", "no")   # class names; the class count is len(labels)
     sample_rate: int = SAMPLE_RATE            # Hz of the audio the network reads
     d_model: int = 96                         # width of the residual stream
@@ -76,22 +92,9 @@ class RotRNNConfig:
                              f"({self.frontend_stride}) would skip samples")
 
     @property
-    def n_classes(self) -> int:
-        return len(self.labels)
-
-    @property
-    def reads_pixels(self) -> bool:
-        """True when the network can be fed the log-mel image corpus (`forward_features`)."""
-        return self.frontend == "logmel"
-
-    @property
     def frame_rate(self) -> float:
         """RotRNN steps per second of audio."""
         return self.sample_rate / self.frontend_stride
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"labels": list(self.labels)}
-
 
 def paper_sc35_config(labels) -> RotRNNConfig:
     """The authors' Speech Commands (35 classes, raw 16 kHz, 16,000 steps) network."""
