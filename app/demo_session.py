@@ -16,6 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from app.audio import to_mono_float32
+from app.clips import ClipError, check_audio_file, check_samples
 from app.spotter import KeywordModel, KeywordSpotter
 
 GAIN_RANGE_DB = (-12.0, 24.0)  # the sensitivity control: input gain in dB, 0 = the audio as sent
@@ -171,18 +172,25 @@ def binned_max(times: np.ndarray, scores: np.ndarray, rate_hz: float) -> tuple[n
 
 
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
-    """A file as (samples,) or (samples, channels) float32 and its rate; ValueError if not audio."""
-    name = Path(path).name
+    """A file as (samples,) or (samples, channels) float32 and its rate; ValueError if not audio
+    (app/clips.py's rules: a folder, missing, truncated, empty, non-finite or far out of range),
+    naming the file but no server path."""
+    path = Path(path)
+    name = path.name
     try:
+        check_audio_file(path)
         info = sf.info(str(path))
         if info.frames / info.samplerate > MAX_FILE_S:
             raise ValueError(f"{name} is {info.frames / info.samplerate:.0f} s long; "
                              f"the demo takes files up to {MAX_FILE_S:g} s")
         audio, rate = sf.read(str(path), dtype="float32")
+        if not len(audio):
+            raise ValueError(f"{name} holds no samples; expected some audio")
+        check_samples(audio, path)
     except (sf.LibsndfileError, RuntimeError) as e:
         reason = str(e).replace(f"'{path}'", name).replace(str(path), name)   # no server paths on the page
         raise ValueError(f"{name} is not an audio file this demo can read "
                          f"(expected WAV, FLAC, OGG or MP3): {reason}") from None
-    if not len(audio):
-        raise ValueError(f"{name} holds no samples; expected some audio")
+    except ClipError as e:
+        raise ValueError(str(e).replace(str(path), name)) from None
     return audio, rate
