@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "bench"
 README = REPO / "README.md"
 # one epoch is one pass over the 40k training examples of kws12.yaml's sources (the 2.4k WAV clips
-# alone took 15): 12 such runs, two at a time on one thread each, to stay within 2 hours here
-# (bench/report.md records how long the last full run took)
+# alone took 15): 12 such runs, two at a time on one thread each; the whole bench took 45 min here
+# (2026-12-01, bench/report.md), inside the 2 hours a session can give it
 FULL = {"seeds": 3, "epochs": 1, "stream_hours": 10.0, "timing_seconds": 10.0, "rounds": 3}
 QUICK = {"seeds": 2, "epochs": 1, "stream_hours": 2 / 60, "timing_seconds": 2.0, "rounds": 1}
 THREADS = (1, 2)
