@@ -19,6 +19,7 @@ SILENCE = "_silence_"                     # the label of clips with no speech
 UNKNOWN = "_unknown_"                     # the label of words the model does not spot
 BACKGROUND_NOISE = "_background_noise_"   # the folder of long noise files, never clips
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+UNKNOWN_WAV_SIZES = (0, 0xFFFF_FFFF)   # what streaming writers put in a WAV header they cannot rewind
 PEAK_LIMIT = 4.0    # |sample| above this (+12 dB over full scale) is a broken file, not audio;
                     # float files may go a little over ±1 (inter-sample peaks) and are kept
 
@@ -91,6 +92,8 @@ def wav_missing_bytes(path: Path) -> int:
                 return 0                                   # no data chunk: soundfile will say
             declared = int.from_bytes(chunk[4:], "little")
             if chunk[:4] == b"data":
+                if declared in UNKNOWN_WAV_SIZES:              # written to a pipe: length unknown
+                    return 0
                 return max(0, f.tell() + declared - size)
             f.seek(declared + declared % 2, 1)             # chunks are padded to even sizes
 

@@ -73,3 +73,21 @@ def test_missing_or_empty_folders_are_named(tmp_path):
     (tmp_path / "empty" / "yes").mkdir(parents=True)
     with pytest.raises(ClipError, match="no clips in .*empty"):
         list_clips(tmp_path / "empty", KWS12)
+
+
+def test_a_wav_written_to_a_pipe_is_not_called_truncated(tmp_path):
+    """Streaming writers (ffmpeg to a pipe) leave the data size 0xFFFFFFFF: not a truncation."""
+    from app.clips import read_audio, wav_missing_bytes
+    path = tmp_path / "piped.wav"
+    sf.write(path, np.zeros(1_600, np.float32), 16_000, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4
+    data[at:at + 4] = (0xFFFF_FFFF).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert wav_missing_bytes(path) == 0
+    half = tmp_path / "half.wav"
+    sf.write(half, np.zeros(1_600, np.float32), 16_000, subtype="PCM_16")
+    half.write_bytes(half.read_bytes()[:-1_000])
+    assert wav_missing_bytes(half) == 1_000
+    with pytest.raises(ValueError, match="truncated"):
+        read_audio(half)
