@@ -10,6 +10,7 @@ accuracy, per class, and the confusion matrix (or one JSON object with `accuracy
 `n`, `support`, `confusion`, `skipped_corrupt`); --png also draws the matrix (needs matplotlib).
 """
 import argparse
+import importlib
 import json
 import sys
 import warnings
@@ -110,12 +111,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def scorer(args) -> ClipScorer:
     if args.checkpoint is None:
         return KeywordModel(args.model)
-    try:
-        from training.evaluate import CheckpointScorer     # torch: only for checkpoints
-    except ModuleNotFoundError as e:
-        raise ValueError(f"{e.name} is not installed here: --checkpoint needs the train extra "
-                         f"(pip install -e '.[train]'); export the checkpoint and use --model") from None
-    return CheckpointScorer(Path(args.checkpoint))
+    try:   # by name, and only for --checkpoint: the runtime itself never imports torch
+        checkpoints = importlib.import_module("training.evaluate")
+    except ImportError as e:
+        raise ValueError(f"--checkpoint needs PyTorch and the train extra (pip install -e '.[train]'), "
+                         f"which this environment lacks ({e}); export the checkpoint and use --model") from None
+    return checkpoints.CheckpointScorer(Path(args.checkpoint))
 
 
 def main(argv: list[str] | None = None) -> int:

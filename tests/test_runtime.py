@@ -329,9 +329,11 @@ res = spotter.process(np.zeros((4800, 2), np.int16), 48000)
 assert res.scores.shape[1] == 5
 assert app.cli.main(["detect", "--model", {str(paths['filterbank'])!r}, {str(f)!r}]) == 0
 assert app.cli.main(["eval", "--model", {str(paths['filterbank'])!r}, "--data", {str(CLIPS)!r}, "--json"]) == 0
+assert app.cli.main(["eval", "--checkpoint", "any.ckpt", "--data", {str(CLIPS)!r}]) == 2   # needs torch: says so
 assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "model", "training", "export")]
 print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
+    assert "--checkpoint needs PyTorch and the train extra" in done.stderr
