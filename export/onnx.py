@@ -25,7 +25,7 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from model.classifiers import classifier_arch
+from model.classifiers import Recurrent, classifier_arch, streams
 from model.network import count_parameters
 
 from . import stream_graph
@@ -81,8 +81,9 @@ def metadata(net: nn.Module, max_samples: int, meta: dict | None = None) -> dict
     `meta` adds provenance: `training_data`, `accuracy`, `detection` (runtime defaults such as
     a threshold measured on this model) and any other key; non-string values become JSON.
     """
-    cfg, streaming = net.cfg, not net.cfg.bidirectional
-    layout = [{"name": name, "size": size} for name, size in net.state_layout()]
+    cfg, streaming = net.cfg, streams(net)
+    layout = [{"name": name, "size": size} for name, size in net.state_layout()] if streaming else []
+    state_size = net.state_size if streaming else 0
     props = {
         "rotkws_version": rotkws_version(),
         "arch": classifier_arch(net),
@@ -92,8 +93,8 @@ def metadata(net: nn.Module, max_samples: int, meta: dict | None = None) -> dict
         "min_samples": str(cfg.frontend_stride),
         "max_samples": str(max_samples),
         "streaming": json.dumps(streaming),
-        "state_size": str(net.state_size),
-        "state_shape": json.dumps(["batch", net.state_size] if streaming else []),
+        "state_size": str(state_size),
+        "state_shape": json.dumps(["batch", state_size] if streaming else []),
         "state_dtype": "float32",
         "state_layout": json.dumps(layout),
         "inputs": json.dumps(STREAM_INPUTS if streaming else CLIP_INPUTS),
@@ -154,7 +155,8 @@ def trace(net: nn.Module, max_samples: int) -> onnx.ModelProto:
 def frozen_copy(net: nn.Module, max_samples: int) -> nn.Module:
     """An eval-mode copy whose kernels are float64-computed constants for calls ≤ max_samples."""
     frozen = copy.deepcopy(net).eval()
-    frozen.freeze_kernels(max_samples)
+    if isinstance(frozen, Recurrent):                  # a CNN has nothing to precompute
+        frozen.freeze_kernels(max_samples)
     return frozen
 
 

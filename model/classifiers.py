@@ -1,18 +1,55 @@
-"""Which classifier a model config builds, and checkpoints that rebuild either kind.
+"""Which classifier a model config builds, the contract they keep, and checkpoints that rebuild
+either kind.
 
 A model config is a plain dict: one config dataclass's fields plus `arch`, which names the
 network — "rotrnn" (RotRNNConfig → RotRNNClassifier; the default when `arch` is absent, as in
-every checkpoint written before there was a choice) or "dscnn" (CNNConfig → DSCNN). Both
-networks keep one contract: `net(audio, state) -> (logits, state_out)`, `net.cfg` with labels,
-sample_rate, frontend_stride and bidirectional (True: a clip classifier, no state).
+every checkpoint written before there was a choice) or "dscnn" (CNNConfig → DSCNN). Every
+network is a `Classifier`; those with recurrent layers are also `Recurrent` (training gives
+their recurrent weights their own optimiser group; export precomputes their kernels).
 """
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .cnn import DSCNN, CNNConfig
 from .network import CHECKPOINT_KEY, STATE_PREFIX, RotRNNClassifier, RotRNNConfig
+
+class Classifier(Protocol):
+    """`net(audio, state=None) -> (logits, state_out)`: audio (B, samples) float32 at
+    cfg.sample_rate, samples a multiple of cfg.frontend_stride. `cfg` has labels, n_classes,
+    sample_rate, frontend_stride, reads_pixels and bidirectional (True: a clip classifier that
+    takes no state and returns None for it)."""
+
+    cfg: Any
+
+    def __call__(self, audio: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]: ...
+
+
+@runtime_checkable
+class Recurrent(Protocol):
+    """A classifier with recurrent layers and, when causal, a carried state."""
+
+    state_size: int
+
+    def state_layout(self) -> list[tuple[str, int]]: ...
+
+    def initial_state(self, batch: int) -> Tensor: ...
+
+    def recurrent_parameters(self) -> list[nn.Parameter]: ...
+
+    def state_norms(self) -> list[float]: ...
+
+    def track_state_norms(self, on: bool = True) -> None: ...
+
+    def freeze_kernels(self, max_samples: int) -> None: ...
+
+
+def streams(net: Classifier) -> bool:
+    """True for a causal network that carries a state from call to call."""
+    return isinstance(net, Recurrent) and not net.cfg.bidirectional
+
 
 ARCHS = {"rotrnn": (RotRNNConfig, RotRNNClassifier), "dscnn": (CNNConfig, DSCNN)}
 DEFAULT_ARCH = "rotrnn"

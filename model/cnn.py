@@ -142,29 +142,6 @@ class DSCNN(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.channels, cfg.n_classes)
 
-    # the stateless side of the classifier contract (training/module.py, export/)
-    def state_layout(self) -> list[tuple[str, int]]:
-        return []
-
-    @property
-    def state_size(self) -> int:
-        return 0
-
-    def initial_state(self, batch: int) -> Tensor:
-        return torch.zeros(batch, 0)
-
-    def recurrent_parameters(self) -> list[nn.Parameter]:
-        return []
-
-    def state_norms(self) -> list[float]:
-        return []
-
-    def track_state_norms(self, on: bool = True) -> None:
-        pass
-
-    def freeze_kernels(self, max_samples: int) -> None:
-        pass                                                              # nothing to precompute
-
     def features(self, audio: Tensor) -> Tensor:
         """audio (B, S) → normalised (and, training, masked) log-mel (B, S / hop, n_mels)."""
         stride = self.cfg.frontend_stride

@@ -16,6 +16,7 @@ from app.spotter import KeywordModel, KeywordSpotter
 from conftest import CLIPS, REPO
 from export.onnx import export_onnx
 from export.verify import TOLERANCE, open_session, run_onnx, run_torch
+from model.classifiers import Recurrent, streams
 from model import (DSCNN, CNNConfig, LogMel, RotRNNClassifier, RotRNNConfig, build_classifier,
                    checkpoint_payload, classifier_from_checkpoint, count_parameters)
 from training.config import ConfigError, load_config
@@ -110,9 +111,9 @@ def test_the_classifier_contract_is_a_clip_models():
     cfg = net.cfg
     assert (cfg.bidirectional, cfg.streaming, cfg.frontend_stride, cfg.sample_rate) == (True, False, 160, 16_000)
     assert cfg.n_classes == len(LABELS) and cfg.to_dict()["labels"] == list(LABELS)
-    assert net.recurrent_parameters() == [] and net.state_norms() == [] and net.state_layout() == []
-    assert net.state_size == 0 and net.initial_state(2).shape == (2, 0)
-    net.track_state_norms(True)
+    assert not isinstance(net, Recurrent) and not streams(net)     # no stubs to pretend otherwise
+    rotrnn = build_classifier({"labels": LABELS, "d_model": 8, "state": 8, "heads": 2, "layers": 1})
+    assert isinstance(rotrnn, Recurrent) and streams(rotrnn)
 
 
 def test_spec_masks_apply_in_training_only():

@@ -14,6 +14,7 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
 from model import build_classifier, classifier_config
+from model.classifiers import Recurrent
 from model.network import CHECKPOINT_KEY
 
 from .augment import AugmentConfig, augment, augment_pixels
@@ -56,7 +57,9 @@ class KWSModule(L.LightningModule):
         n = self.net.cfg.n_classes
         self.acc = torch.nn.ModuleDict({s: MulticlassAccuracy(n, average="micro")
                                         for s in ("train_", "val_", "test_")})
-        self.net.track_state_norms()
+        self.recurrent = isinstance(self.net, Recurrent)   # a CNN has no state norms, no recurrent group
+        if self.recurrent:
+            self.net.track_state_norms()
 
     # -- one step for every stage ------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -91,7 +94,7 @@ class KWSModule(L.LightningModule):
         self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True,
                  batch_size=len(labels), sync_dist=not on_step)
         self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=True)
-        for i, norm in enumerate(self.net.state_norms()):
+        for i, norm in enumerate(self.net.state_norms() if self.recurrent else []):
             self.log(f"{stage}/state_norm_{i}", norm, on_step=False, on_epoch=True,
                      batch_size=len(labels), sync_dist=True)
         return loss
@@ -119,7 +122,7 @@ class KWSModule(L.LightningModule):
     def configure_optimizers(self):
         """AdamW for most weights; the recurrent group (from `net.recurrent_parameters()`, never
         from names) at its own lr with no weight decay, which makes AdamW exactly Adam there."""
-        recurrent = self.net.recurrent_parameters()
+        recurrent = self.net.recurrent_parameters() if self.recurrent else []
         ids = {id(p) for p in recurrent}
         rest = [p for p in self.net.parameters() if id(p) not in ids]
         o = self.optim
