@@ -45,6 +45,9 @@ def session_options(threads: int = ORT_THREADS) -> ort.SessionOptions:
     return options
 
 
+IN_MEMORY = Path("<in-memory model>")   # KeywordModel.path of a model given as bytes
+
+
 def open_session(path: Path, threads: int) -> ort.InferenceSession:
     if not path.is_file():
         hint = (" (the default model is not bundled yet: pass a model exported with `rotkws export`)"
@@ -80,8 +83,13 @@ class KeywordModel:
     """
 
     def __init__(self, path=None, *, threads: int = ORT_THREADS):
-        self.path = Path(path) if path is not None else DEFAULT_MODEL
-        self.session = open_session(self.path, threads)
+        """path: an ONNX file (None: the bundled default model), or a serialised model (bytes)."""
+        if isinstance(path, bytes):                          # e.g. export measuring before it writes
+            self.path = IN_MEMORY
+            self.session = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
+        else:
+            self.path = Path(path) if path is not None else DEFAULT_MODEL
+            self.session = open_session(self.path, threads)
         self.meta = read_metadata(self.session, self.path)
         self.labels: tuple[str, ...] = self.meta["labels"]
         self.keywords = tuple(k for k in self.labels if k not in NOT_KEYWORDS)

@@ -57,10 +57,11 @@ def real_clips(data: Path | None, labels) -> list[np.ndarray]:
     return [read_audio(c.path)[0] for c in clips[::step][:VERIFY_CLIPS]]
 
 
-def onnx_accuracy(path: Path, data: Path, split: str) -> dict:
+def onnx_accuracy(model: Path | bytes, data: Path, split: str) -> dict:
+    """The clip accuracy of an ONNX file (or serialised graph) on --data's split."""
     from app.evaluate import evaluate
     from app.spotter import KeywordModel
-    r = evaluate(KeywordModel(path), data, split)
+    r = evaluate(KeywordModel(model), data, split)
     clips = "every clip in the folder" if split == "all" else f"the {split} split (app/splits.py)"
     return {"data": str(data), "clips": clips, "n": r["n"], "accuracy": r["accuracy"],
             "per_class": r["per_class"]}
@@ -87,15 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         net, entry = load_checkpoint(Path(args.checkpoint))
         meta = provenance(entry)
+
+        def accuracy(graph: bytes) -> dict:             # measured before the file is written
+            meta["accuracy"]["onnx"] = onnx_accuracy(graph, data, args.split)
+            return {"accuracy": meta["accuracy"]}
+
         export_onnx(net, out, max_samples=args.max_samples, meta=meta,
-                    clips=real_clips(data, net.cfg.labels))
+                    clips=real_clips(data, net.cfg.labels), measure=accuracy if data else None)
     except (ValueError, ExportError, VerificationError) as e:
         print(f"rotkws export: {e}", file=sys.stderr)
         return 1
     print(describe_export(out))
     if data is not None:
-        meta["accuracy"]["onnx"] = onnx_accuracy(out, data, args.split)
-        write_accuracy(out, meta["accuracy"])
         print(f"accuracy on {data}: {meta['accuracy']['onnx']['accuracy']:.4f} "
               f"({meta['accuracy']['onnx']['n']} clips)")
     if args.int8:

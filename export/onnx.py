@@ -195,12 +195,14 @@ def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
 
 
 def export_onnx(net: nn.Module, path, *, max_samples: int | None = None,
-                meta: dict | None = None, clips=()) -> Path:
+                meta: dict | None = None, clips=(), measure=None) -> Path:
     """Write `net` to `path` as one ONNX file, verified against PyTorch; returns the path.
 
     net:   a RotRNNClassifier or DSCNN (left untouched: a frozen copy is exported)
     meta:  provenance for the metadata (`training_data`, `accuracy`, `detection`, …)
     clips: real 16 kHz mono float32 arrays the verification also runs on
+    measure: optional `f(serialised graph: bytes) -> {key: value}`, metadata measured on the
+           verified graph before it is written (rotkws export: its accuracy on --data)
 
     The graph is built and verified in memory and the file written once, its `export` metadata
     recording the export time and the verification's max |Δ score| per check. Raises ExportError
@@ -220,5 +222,8 @@ def export_onnx(net: nn.Module, path, *, max_samples: int | None = None,
         raise
     set_metadata(proto, {"export": json.dumps({"seconds": round(seconds, 2), "nodes": len(proto.graph.node),
                                                "verified_max_abs_diff": report, "tolerance": TOLERANCE})})
+    if measure is not None:
+        set_metadata(proto, {k: v if isinstance(v, str) else json.dumps(v)
+                             for k, v in measure(proto.SerializeToString()).items()})
     onnx.save(proto, path)
     return path
