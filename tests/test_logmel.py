@@ -1,7 +1,6 @@
 """The fixed log-mel front-end (model/logmel.py) against a plain numpy reference of the corpus's
 formula, against the corpus's own images of the same clips, and inside the network."""
 import io
-import math
 import zipfile
 
 import numpy as np
