@@ -95,8 +95,9 @@ def decode_zip(path: Path) -> tuple[np.ndarray, list[str], int]:
                         f"(expected <word>/<speaker>_nohash_<n>{IMAGE_SUFFIX})")
     pixels = np.stack(images)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(cached.with_suffix(".tmp.npz"), pixels=pixels, names=np.array(names), corrupt=corrupt)
-    cached.with_suffix(".tmp.npz").replace(cached)
+    partial = cached.with_name(f"{cached.stem}.{os.getpid()}.partial.npz")   # DDP ranks may race
+    np.savez(partial, pixels=pixels, names=np.array(names), corrupt=corrupt)
+    partial.replace(cached)
     return pixels, names, corrupt
 
 
