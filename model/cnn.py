@@ -9,14 +9,13 @@ kernels are the windowed DFT basis, squares, a matmul by the mel matrix, a log):
 `net(audio, state=None) -> (logits, None)`, the contract of a bidirectional RotRNNClassifier: the
 network reads whole clips and keeps no state; the runtime slides a 1 s window over a stream.
 """
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torchaudio.functional import melscale_fbanks
 
-from .logmel import FRAME, HOP, PIXEL_MEAN, PIXEL_STD, LogMelPixels
+from .logmel import FRAME, HOP, PIXEL_MEAN, PIXEL_STD, LogMelPixels, dft_basis, mel_power
 from .network import SAMPLE_RATE, BandNorm, ClassifierConfig, spec_mask
 
 WINDOW_SECONDS = 0.025   # 25 ms analysis window (Hann)
@@ -38,22 +37,12 @@ class LogMel(nn.Module):
         super().__init__()
         self.window, self.hop = window, hop
         bins = window // 2 + 1                                            # one-sided DFT, n_fft = window
-        n = torch.arange(window, dtype=torch.float64)
-        k = torch.arange(bins, dtype=torch.float64)[:, None]
-        phase = 2 * math.pi * k * n / window                              # (bins, window)
-        hann = torch.hann_window(window, periodic=True, dtype=torch.float64)
-        basis = torch.cat([hann * torch.cos(phase), -hann * torch.sin(phase)])   # (2·bins, window)
-        self.register_buffer("basis", basis.float().unsqueeze(1), persistent=False)   # re; im
+        self.register_buffer("basis", dft_basis(window, window, bins), persistent=False)   # re; im
         mel = melscale_fbanks(bins, f_min, f_max or sample_rate / 2, n_mels, sample_rate)
         self.register_buffer("mel", mel.float(), persistent=False)       # (bins, n_mels)
 
     def forward(self, audio: Tensor) -> Tensor:
-        with torch.autocast(audio.device.type, enabled=False):           # float32 under bf16-mixed too:
-            x = audio.float().unsqueeze(1)                                # powers span decades
-            spec = nn.functional.conv1d(x, self.basis, stride=self.hop)   # (B, 2·bins, T)
-            re, im = spec.chunk(2, 1)
-            power = (re * re + im * im).transpose(1, 2)                   # (B, T, bins)
-            return torch.log(power @ self.mel + LOG_FLOOR)                # (B, T, n_mels)
+        return torch.log(mel_power(audio, self.basis, self.mel, self.hop) + LOG_FLOOR)   # (B, T, n_mels)
 
 
 @dataclass

@@ -32,6 +32,8 @@ PIXEL_SLOPE = 9.7       # pixel = PIXEL_SLOPE · ln(power) + PIXEL_OFFSET (the R
 PIXEL_OFFSET = 145.2    # median per-clip slope 9.71, offset 145.2)
 PIXEL_MAX = 255.0       # 8-bit images: pixels are clipped to [0, PIXEL_MAX]
 CLIP_FRAMES = 98        # frames of a 1 s clip in the corpus: (16,000 − FRAME) // HOP + 1
+PIXEL_MEAN = 85.0       # mean and standard deviation of the training images' pixels (every 50th
+PIXEL_STD = 50.0        # image: 85.1 and 50.7): networks read (pixel − PIXEL_MEAN) / PIXEL_STD
 # the power that maps to pixel 0: below it every power is pixel 0 (also keeps ln finite)
 POWER_FLOOR = math.exp(-PIXEL_OFFSET / PIXEL_SLOPE)
 
@@ -56,6 +58,25 @@ def mel_matrix(n_fft: int = N_FFT, n_mels: int = N_MELS, f_min: float = F_MIN,
     return torch.clamp(torch.minimum(up, down), min=0.0)
 
 
+def dft_basis(frame: int, n_fft: int, bins: int) -> Tensor:
+    """(2·bins, 1, frame) float32 Conv1d kernels: periodic-Hann-windowed cos (real part) and −sin
+    (imaginary part) of the first `bins` bins of a DFT of size n_fft (the frame zero-padded)."""
+    n = torch.arange(frame, dtype=torch.float64)
+    k = torch.arange(bins, dtype=torch.float64)[:, None]
+    phase = 2 * math.pi * k * n / n_fft                                     # (bins, frame)
+    hann = torch.hann_window(frame, periodic=True, dtype=torch.float64)
+    return torch.cat([hann * torch.cos(phase), -hann * torch.sin(phase)]).float().unsqueeze(1)
+
+
+def mel_power(audio: Tensor, basis: Tensor, mel: Tensor, hop: int) -> Tensor:
+    """audio (B, S) → band power (B, T, n_mels) in float32 (also under bf16 autocast: powers span
+    decades): frames by a strided Conv1d with `basis` (dft_basis), |·|², then @ mel (bins, n_mels)."""
+    with torch.autocast(audio.device.type, enabled=False):
+        spec = nn.functional.conv1d(audio.float().unsqueeze(1), basis, stride=hop)   # (B, 2·bins, T)
+        re, im = spec.chunk(2, 1)
+        return (re * re + im * im).transpose(1, 2) @ mel
+
+
 def pixels_from_power(power: Tensor) -> Tensor:
     """Band power → pixels in [0, PIXEL_MAX] (unrounded)."""
     return (PIXEL_SLOPE * torch.log(power.clamp(min=POWER_FLOOR)) + PIXEL_OFFSET).clamp(max=PIXEL_MAX)
@@ -78,21 +99,8 @@ class LogMelPixels(nn.Module):
         super().__init__()
         mel = mel_matrix()                                                  # (257, N_MELS)
         bins = int(mel.sum(1).nonzero().max()) + 1                          # bins the filters reach
-        n = torch.arange(FRAME, dtype=torch.float64)
-        k = torch.arange(bins, dtype=torch.float64)[:, None]
-        phase = 2 * math.pi * k * n / N_FFT                                 # zero-padded to N_FFT
-        hann = torch.hann_window(FRAME, periodic=True, dtype=torch.float64)
-        basis = torch.cat([hann * torch.cos(phase), -hann * torch.sin(phase)])   # (2·bins, FRAME)
-        self.register_buffer("basis", basis.float().unsqueeze(1), persistent=False)
+        self.register_buffer("basis", dft_basis(FRAME, N_FFT, bins), persistent=False)
         self.register_buffer("mel", mel[:bins].float(), persistent=False)       # (bins, N_MELS)
 
     def forward(self, audio: Tensor) -> Tensor:
-        with torch.autocast(audio.device.type, enabled=False):              # powers span decades
-            spec = nn.functional.conv1d(audio.float().unsqueeze(1), self.basis, stride=HOP)
-            re, im = spec.chunk(2, 1)                                        # (B, bins, T) each
-            power = (re * re + im * im).transpose(1, 2) @ self.mel           # (B, T, N_MELS)
-            return pixels_from_power(power)
-
-
-PIXEL_MEAN = 85.0       # mean and standard deviation of the training images' pixels (every 50th
-PIXEL_STD = 50.0        # image: 85.1 and 50.7): networks read (pixel − PIXEL_MEAN) / PIXEL_STD
+        return pixels_from_power(mel_power(audio, self.basis, self.mel, HOP))   # (B, T, N_MELS)
