@@ -14,6 +14,8 @@ COMMANDS = {
     "train": ("training.cli", "train a classifier from a config file (needs the train extra)"),
     "eval": ("app.evaluate", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
+    "enroll": ("training.enroll", "a keyword from text: synthesise it, train, write a streaming ONNX file "
+                                  "(needs the train extra and espeak-ng)"),
     "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
     "demo": ("app.demo", "the Gradio microphone demo"),
     "bench": ("benchmarks.bench", "accuracy, streaming DET, cost, peer and ablations → bench/report.md "

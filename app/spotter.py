@@ -22,7 +22,8 @@ from app.detection import (MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, THRESHOLD, De
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
 HOP_SECONDS = 0.1                 # the spotter scores every 100 ms of audio
-NOT_KEYWORDS = (SILENCE, UNKNOWN)  # labels that never fire a detection
+OTHER = "_other_"                 # an enrolled model's label for everything but its phrase
+NOT_KEYWORDS = (SILENCE, UNKNOWN, OTHER)  # labels that never fire a detection
 REQUIRED_METADATA = ("labels", "sample_rate", "input_multiple", "max_samples", "streaming",
                      "state_size")
 ORT_THREADS = 1                   # measured (benchmarks/bench_runtime.py): a second thread costs

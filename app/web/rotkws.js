@@ -17,7 +17,7 @@
  */
 
 export const HOP_SECONDS = 0.1;                          // the spotter scores every 100 ms of audio
-export const NOT_KEYWORDS = ['_silence_', '_unknown_'];  // labels that never fire a detection
+export const NOT_KEYWORDS = ['_silence_', '_unknown_', '_other_'];  // labels that never fire a detection
 export const REQUIRED_METADATA = ['labels', 'sample_rate', 'input_multiple', 'max_samples',
   'streaming', 'state_size'];
 // app/detection.py's defaults; a model's `detection` metadata overrides them, options override both.

@@ -1,0 +1,141 @@
+"""training/tts.py and training/enroll.py: a phrase spoken by the TTS engines, the phrases they
+cannot say, the examples' frame labels, and a tiny `rotkws enroll` whose ONNX file the runtime
+loads and runs."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from app.cli import COMMANDS
+from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
+from conftest import REPO, require
+from training import enroll, tts
+from training.tts import PhraseError
+
+
+def require_espeak() -> None:
+    if shutil.which("espeak-ng") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("espeak-ng is missing under CI (.ci/run installs it)")
+        pytest.skip("espeak-ng not installed: apt-get install espeak-ng flite festival festvox-kallpc16k")
+
+
+# -- the phrase -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, says", [
+    ("", "empty"), ("   \t ", "empty"), ("?!...", "no letter or digit"), ("¿¡ — …", "no letter or digit"),
+    ("a" * 200, "200 characters"), ("hey " * 50, "characters"),
+])
+def test_a_phrase_that_cannot_be_said_is_refused_with_the_reason(text, says):
+    with pytest.raises(PhraseError, match=says):
+        tts.check_text(text)
+
+
+def test_a_phrase_whose_synthesis_is_silence_is_refused():
+    with pytest.raises(PhraseError, match="say nothing"):
+        tts.check_phrase("hello", say=lambda phrase: np.zeros(16_000, np.float32))
+    with pytest.raises(PhraseError, match="say nothing"):
+        tts.check_phrase("hello", say=lambda phrase: np.zeros(0, np.float32))
+
+
+def test_a_phrase_too_long_to_say_is_refused():
+    long = np.full(3 * tts.SAMPLE_RATE, 0.5, np.float32)
+    with pytest.raises(PhraseError, match="takes 3.0 s"):
+        tts.check_phrase("hello", say=lambda phrase: long)
+
+
+def test_the_phrase_label_is_the_text_with_whitespace_collapsed():
+    assert tts.check_text("  hey \n  jarvis ") == "hey jarvis"
+
+
+@pytest.mark.parametrize("argv, says", [([""], "empty"), (["?!"], "no letter"), (["x" * 200], "200 characters")])
+def test_enroll_command_exits_non_zero_with_one_line(argv, says, tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert enroll.main(argv + ["-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rotkws enroll: ") and says in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_enroll_command_refuses_a_phrase_spoken_as_silence(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tts, "probe", lambda phrase: np.zeros(16_000, np.float32))
+    assert enroll.main(["hello", "-o", str(tmp_path / "m.onnx")]) == 1
+    assert "say nothing for 'hello'" in capsys.readouterr().err
+
+
+# -- pieces ---------------------------------------------------------------------------------------
+def test_phrase_parts_are_its_syllable_pieces_never_the_phrase():
+    assert tts.phrase_parts("snowboy") == ["snow", "boy"]
+    assert set(tts.phrase_parts("computer")) == {"com", "puter", "compu", "ter"}
+    assert {"hey", "jarvis"} <= set(tts.phrase_parts("hey jarvis"))
+    assert tts.phrase_parts("go") == []
+
+
+def test_other_never_fires_and_is_named_once():
+    assert OTHER == "_other_" and OTHER in NOT_KEYWORDS
+    js = (REPO / "app" / "web" / "rotkws.js").read_text()
+    assert "'_other_'" in js.split("NOT_KEYWORDS = ", 1)[1].split(";", 1)[0]
+
+
+def test_enroll_is_a_command():
+    assert COMMANDS["enroll"][0] == "training.enroll"
+
+
+def test_targets_mark_the_end_of_the_phrase_and_nothing_else():
+    y = enroll.targets(300, at=100, end=60)                 # the phrase ends at frame 160
+    assert (y[:100] == enroll.OTHER_CLASS).all()
+    assert (y[100:155] == enroll.IGNORE).all()
+    assert (y[155:210] == enroll.PHRASE_CLASS).all()
+    assert (y[210:] == enroll.IGNORE).all()
+    assert (enroll.targets(300, at=40, end=None) == enroll.OTHER_CLASS).all()
+
+
+def test_an_example_places_the_phrase_end_between_1_and_2_3_seconds():
+    rng = np.random.default_rng(0)
+    item = np.full((80, 40), 120.0, np.float32)
+    noise = np.full((1000, 40), 30.0, np.float32)
+    for _ in range(20):
+        x, y = enroll.example(item, 70, None, 300, noise, rng)
+        first = int(np.flatnonzero(y == enroll.PHRASE_CLASS)[0]) + 5
+        assert 100 <= first <= 230 and x.shape == (300, 40) and x.max() <= 255
+
+
+def test_the_room_keeps_length_and_peak():
+    rng = np.random.default_rng(0)
+    dry = np.sin(np.arange(8000) / 5).astype(np.float32) * 0.5
+    wet = enroll.room(dry, rng)
+    assert len(wet) >= len(dry) and np.isclose(np.abs(wet).max(), 0.5, atol=1e-6)
+    assert not np.allclose(wet[: len(dry)], dry)
+
+
+# -- the engines ----------------------------------------------------------------------------------
+def test_synthesis_speaks_the_phrase_in_several_voices():
+    require_espeak()
+    s = tts.synthesize("computer", 8, np.random.default_rng(0))
+    assert len(s.clips) == 8 and sum(s.engines.values()) == 8
+    for clip in s.clips:
+        assert clip.dtype == np.float32 and 0.2 < len(clip) / tts.SAMPLE_RATE < 2.5
+        assert np.sqrt(np.mean(clip ** 2)) > 0.02 and np.abs(clip).max() <= 0.9 + 1e-6
+    assert len({len(c) for c in s.clips}) > 4               # not one voice eight times
+    assert tts.check_phrase("computer") == "computer"
+
+
+# -- end to end -----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tmp_path, shared_data, capsys):
+    require_espeak()
+    require(enroll.DEFAULT_CHECKPOINT)
+    out = tmp_path / "hey computer.onnx"
+    argv = ["hey computer", "-o", str(out), "--data", str(shared_data), "--positives", "24",
+            "--tts-negatives", "16", "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4",
+            "--max-steps", "3"]
+    assert enroll.main(argv) == 0, capsys.readouterr().err
+    model = KeywordModel(out)
+    assert model.labels == ("hey computer", OTHER) and model.keywords == ("hey computer",)
+    assert model.streaming and 0.5 <= model.meta["detection"]["threshold"] <= 0.99
+    scores = model.clip_scores(np.zeros(16_000, np.float32))
+    assert scores.shape == (2,) and np.isclose(scores.sum(), 1, atol=1e-5)
+    said = tts.synthesize("hey computer", 1, np.random.default_rng(1)).clips[0]
+    result = KeywordSpotter(model).process(np.pad(said, (8000, 8000)), 16_000)
+    assert result.scores.shape[1] == 2 and np.isfinite(result.scores).all()
+    assert all(d.keyword == "hey computer" for d in result.detections)
