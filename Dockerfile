@@ -21,8 +21,10 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# app/ holds the runtime, the demo and app/models/ (the default model, installed as package data)
+# app/ holds the runtime, the demo and app/models/ (the default model, installed as package data);
+# corpus/ the audio reading and data folders it shares with training
 COPY app/ app/
+COPY corpus/ corpus/
 RUN pip install "./[app]" \
  && python -c "from app.spotter import DEFAULT_MODEL as m; assert m.is_file(), f'no default model at {m}'"
 
@@ -53,6 +55,7 @@ COPY --chown=rotkws model/ model/
 COPY --chown=rotkws training/ training/
 COPY --chown=rotkws export/ export/
 COPY --chown=rotkws app/ app/
+COPY --chown=rotkws corpus/ corpus/
 COPY --chown=rotkws benchmarks/ benchmarks/
 # editable: runs, checkpoints and exports land in this working tree, which the user owns
 RUN pip install -e "./[train]"

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 
 from app.audio import to_mono_float32
-from app.clips import ClipError, check_audio_file, check_samples
 from app.spotter import KeywordModel, KeywordSpotter
+from corpus.clips import ClipError, read_audio
 
 GAIN_RANGE_DB = (-12.0, 24.0)  # the sensitivity control: input gain in dB, 0 = the audio as sent
 PLOT_WINDOW_S = 10.0         # seconds of score history on the scrolling plot
@@ -94,7 +93,7 @@ class DemoSession:
 
     def feed_file(self, path: str | Path, piece_s: float = FILE_PIECE_S) -> list:
         """Run a whole file through `feed` from a fresh state; returns its detections."""
-        audio, rate = read_audio(path)
+        audio, rate = read_upload(path)
         step = max(1, int(piece_s * rate))
         with self.lock:
             self.clear()
@@ -171,26 +170,13 @@ def binned_max(times: np.ndarray, scores: np.ndarray, rate_hz: float) -> tuple[n
     return (bins[starts] + 1) / rate_hz, np.maximum.reduceat(scores, starts, axis=0)
 
 
-def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
-    """A file as (samples,) or (samples, channels) float32 and its rate; ValueError if not audio
-    (app/clips.py's rules: a folder, missing, truncated, empty, non-finite or far out of range),
-    naming the file but no server path."""
+def read_upload(path: str | Path) -> tuple[np.ndarray, int]:
+    """A file as (samples,) float32 mono and its rate; ValueError if corpus/clips.py refuses it
+    (a folder, missing, not audio, truncated, empty, non-finite, far out of range, or longer
+    than MAX_FILE_S), naming the file but no server path."""
     path = Path(path)
-    name = path.name
     try:
-        check_audio_file(path)
-        info = sf.info(str(path))
-        if info.frames / info.samplerate > MAX_FILE_S:
-            raise ValueError(f"{name} is {info.frames / info.samplerate:.0f} s long; "
-                             f"the demo takes files up to {MAX_FILE_S:g} s")
-        audio, rate = sf.read(str(path), dtype="float32")
-        if not len(audio):
-            raise ValueError(f"{name} holds no samples; expected some audio")
-        check_samples(audio, path)
-    except (sf.LibsndfileError, RuntimeError) as e:
-        reason = str(e).replace(f"'{path}'", name).replace(str(path), name)   # no server paths on the page
-        raise ValueError(f"{name} is not an audio file this demo can read "
-                         f"(expected WAV, FLAC, OGG or MP3): {reason}") from None
+        return read_audio(path, max_seconds=MAX_FILE_S)
     except ClipError as e:
-        raise ValueError(str(e).replace(str(path), name)) from None
-    return audio, rate
+        name = path.name                                   # no server paths on the page
+        raise ValueError(str(e).replace(f"'{path}'", name).replace(str(path), name)) from None

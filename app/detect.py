@@ -13,10 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-import soundfile as sf
-
-from app.clips import ClipError, check_audio_file, check_samples
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from corpus.clips import ClipError, audio_blocks
 
 BLOCK_SECONDS = 1.0   # read files in blocks of this length
 
@@ -36,21 +34,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def stream_file(spotter: KeywordSpotter, path: Path):
     """Yield the spotter's result for each block of the file, then for its end."""
-    check_audio_file(path)                      # a folder, missing, a truncated WAV
-    try:
-        f = sf.SoundFile(str(path))
-    except (sf.LibsndfileError, RuntimeError) as e:
-        raise ClipError(f"{path}: not a readable audio file (expected WAV/FLAC/OGG): {e}") from None
     spotter.reset()
-    read = 0
-    with f:
-        block = max(1, int(BLOCK_SECONDS * f.samplerate))
-        for data in f.blocks(blocksize=block, dtype="float32", always_2d=True):
-            check_samples(data, path)
-            read += len(data)
-            yield spotter.process(data, f.samplerate)
-    if read == 0:
-        raise ClipError(f"{path}: holds no audio samples (an empty or header-only file)")
+    for data, rate in audio_blocks(path, BLOCK_SECONDS):   # ClipError names a file it refuses
+        yield spotter.process(data, rate)
     yield spotter.flush()
 
 

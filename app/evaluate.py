@@ -2,8 +2,8 @@
 
 Clip accuracy of an ONNX model (the torch-free runtime) or of a checkpoint of `rotkws train`
 (PyTorch; needs the train extra), one program for both: every clip of a folder in the Speech
-Commands layout (app/clips.py: words that are not labels count as `_unknown_`), or of one split
-of it (the folder's lists, else the speaker hash of app/splits.py); clips at another rate are
+Commands layout (corpus/clips.py: words that are not labels count as `_unknown_`), or of one split
+of it (the folder's lists, else the speaker hash of corpus/splits.py); clips at another rate are
 resampled; each is fitted to one second (zeros on both sides of a short clip, the loudest second
 of a long one) and scored from silence. Corrupt clips are skipped, named and counted. Prints the
 accuracy, per class, and the confusion matrix (or one JSON object with `accuracy`, `per_class`,
@@ -20,9 +20,9 @@ from typing import Protocol
 import numpy as np
 import soxr
 
-from app.clips import ClipError, fit_length, read_audio
-from app.splits import SPLITS, folder_splits
 from app.spotter import DEFAULT_MODEL, KeywordModel
+from corpus.clips import ClipError, fit_length, read_audio
+from corpus.splits import SPLITS, folder_splits
 
 CLIP_SECONDS = 1.0    # Speech Commands clips; what the models are trained on
 BATCH = 64            # clips per call of the scorer
@@ -102,7 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     which.add_argument("--checkpoint", help="a .ckpt written by rotkws train (needs the train extra)")
     p.add_argument("--data", required=True, help="folder in the Speech Commands layout")
     p.add_argument("--split", choices=("all",) + SPLITS, default="all",
-                   help="only this split (default: all): the folder's lists, else the speaker hash of app/splits.py")
+                   help="only this split (default: all): the folder's lists, else the speaker hash of corpus/splits.py")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--png", help="also draw the confusion matrix into this PNG file (needs matplotlib)")
     return p.parse_args(argv)

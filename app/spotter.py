@@ -16,9 +16,9 @@ import numpy as np
 import onnxruntime as ort
 
 from app.audio import StreamResampler, check_rate, to_mono_float32
-from app.clips import SILENCE, UNKNOWN
 from app.detection import (MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, THRESHOLD, Detection,
                            Detector)
+from corpus.clips import SILENCE, UNKNOWN
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
 HOP_SECONDS = 0.1                 # the spotter scores every 100 ms of audio

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from app.clips import ClipError
 from app.spotter import HOP_SECONDS
+from corpus.clips import ClipError
 from model import SAMPLE_RATE, count_parameters
 from training.data import read_clips
 from training.evaluate import load_network, predict, select_clips

@@ -31,13 +31,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from app.clips import ClipError
 from app.evaluate import evaluate as evaluate_onnx
 from app.evaluate import save_confusion_png
-from app.splits import folder_splits
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
 from benchmarks import ablation, bench_runtime, plots, stats, stream
 from benchmarks.report import machine
+from corpus.clips import ClipError
+from corpus.splits import folder_splits
 from training.paths import default_data_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -310,7 +310,7 @@ def markdown(r: dict) -> str:
             "marks, not results of this run.", "",
         "## Data", "",
         f"- Held-out test: the `testing` speakers of `speech_commands_v0.02_test_dev` (a salted speaker "
-        f"hash, `app/splits.py`): {clip['n']} clips from {clip['speakers']} speakers, none trained on.",
+        f"hash, `corpus/splits.py`): {clip['n']} clips from {clip['speakers']} speakers, none trained on.",
         f"- Streaming: {st['hours']:.2f} h in {st['segments']} seeded segments (seeds {st['seeds'][0]}–"
         f"{st['seeds'][-1]}) of those speakers' keyword and `_unknown_` clips plus wake-word recordings "
         f"(`wakeword_benchmark_dev`) as non-keyword speech, at {stream.GAP_S[0]:g}–{stream.GAP_S[1]:g} s gaps over "

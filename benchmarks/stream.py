@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
-from app.splits import speaker_split
 from app.spotter import KeywordModel, KeywordSpotter
+from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
+from corpus.splits import speaker_split
 
 KEYWORD_FOLDER = "speech_commands_v0.02_test_dev"   # keywords and `_unknown_` words, by speaker
 WAKEWORD_FOLDER = "wakeword_benchmark_dev"          # non-keyword speech: "alexa", "snowboy"

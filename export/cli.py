@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--int8", action="store_true", help="also write a dynamically quantised int8 file")
     p.add_argument("--data", help="folder in the Speech Commands layout: verification clips and accuracy")
     p.add_argument("--split", choices=("all", "training", "validation", "testing"), default="all",
-                   help="which split of --data the accuracy is measured on (app/splits.py)")
+                   help="which split of --data the accuracy is measured on (corpus/splits.py)")
     p.add_argument("--max-samples", type=int, default=None,
                    help=f"longest single call the graph accepts (default: {STREAM_GRAPH_MAX_SAMPLES} "
                         f"for a causal log-mel network's stream graph, else {MAX_SAMPLES} = 1 s)")
@@ -51,7 +51,7 @@ def provenance(entry: dict) -> dict:
 def real_clips(data: Path | None, labels) -> list[np.ndarray]:
     if data is None:
         return []
-    from app.clips import list_clips, read_audio
+    from corpus.clips import list_clips, read_audio
     clips = list_clips(data, labels)
     step = max(1, len(clips) // VERIFY_CLIPS)                    # spread over the classes
     return [read_audio(c.path)[0] for c in clips[::step][:VERIFY_CLIPS]]
@@ -62,7 +62,7 @@ def onnx_accuracy(model: Path | bytes, data: Path, split: str) -> dict:
     from app.evaluate import evaluate
     from app.spotter import KeywordModel
     r = evaluate(KeywordModel(model), data, split)
-    clips = "every clip in the folder" if split == "all" else f"the {split} split (app/splits.py)"
+    clips = "every clip in the folder" if split == "all" else f"the {split} split (corpus/splits.py)"
     return {"data": str(data), "clips": clips, "n": r["n"], "accuracy": r["accuracy"],
             "per_class": r["per_class"]}
 

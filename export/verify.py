@@ -16,8 +16,8 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from app.clips import fit_length
 from app.spotter import HOP_SECONDS, session_options   # the runtime's hop is one length checked
+from corpus.clips import fit_length
 
 TOLERANCE = 1e-4          # max |Δ score|: float32 rounding of two implementations is ~1e-6
 UNEVEN_CUTS = (0.0, 0.0023, 0.0625, 0.06256, 0.3127, 0.5625, 0.99994, 1.0)   # of the longest call

@@ -1,11 +1,11 @@
-"""app/clips.py: reading audio and Speech Commands folders the same way everywhere."""
+"""corpus/clips.py: reading audio and Speech Commands folders the same way everywhere."""
 import shutil
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from app.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio, speaker_of
+from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio, speaker_of
 from conftest import CLIPS
 
 KWS12 = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go", UNKNOWN, SILENCE)
@@ -77,7 +77,7 @@ def test_missing_or_empty_folders_are_named(tmp_path):
 
 def test_a_wav_written_to_a_pipe_is_not_called_truncated(tmp_path):
     """Streaming writers (ffmpeg to a pipe) leave the data size 0xFFFFFFFF: not a truncation."""
-    from app.clips import read_audio, wav_missing_bytes
+    from corpus.clips import read_audio, wav_missing_bytes
     path = tmp_path / "piped.wav"
     sf.write(path, np.zeros(1_600, np.float32), 16_000, subtype="PCM_16")
     data = bytearray(path.read_bytes())

@@ -11,9 +11,9 @@ import torch
 import yaml
 from torchaudio.transforms import MelSpectrogram
 
-from app.clips import read_audio
 from app.spotter import KeywordModel, KeywordSpotter
 from conftest import CLIPS, REPO
+from corpus.clips import read_audio
 from export.onnx import export_onnx
 from export.verify import TOLERANCE, open_session, run_onnx, run_torch
 from model.classifiers import Recurrent, streams

@@ -281,8 +281,8 @@ def test_non_audio_upload_is_a_message_on_the_page(model, clip_a, tmp_path, monk
     path = tmp_path / "notes.wav"
     path.write_text("this is not audio")
     *_, log, _latency, session = demo.on_file(model, str(path), None, THRESHOLD, 0.0)
-    assert warnings and "notes.wav is not an audio file" in warnings[0] and "expected WAV" in warnings[0]
-    assert log.startswith("!! notes.wav is not an audio file")
+    assert warnings and "notes.wav: not a readable audio file" in warnings[0] and "expected WAV" in warnings[0]
+    assert log.startswith("!! notes.wav: not a readable audio file")
     *_, session = demo.on_file(model, str(padded_file(clip_a, tmp_path)), session, THRESHOLD, 0.0)
     assert session.detections, "the session keeps working after a bad file"
 
@@ -293,9 +293,9 @@ def test_empty_and_overlong_files_are_refused_with_the_limit(model, tmp_path, mo
     sf.write(tmp_path / "empty.wav", np.zeros(0), BROWSER_RATE)
     monkeypatch.setattr(demo_session, "MAX_FILE_S", 0.5)
     *_, log, _latency, _session = demo.on_file(model, str(tmp_path / "empty.wav"), None, THRESHOLD, 0.0)
-    assert "empty.wav holds no samples" in log
+    assert "empty.wav: holds no audio samples" in log
     *_, log, _latency, _session = demo.on_file(model, str(ALL_CLIPS[0]), None, THRESHOLD, 0.0)
-    assert "is 1 s long; the demo takes files up to 0.5 s" in log
+    assert ": is 1 s long; files up to 0.5 s are read" in log
 
 
 # ─── the page and the server ───
@@ -348,7 +348,7 @@ def test_non_audio_upload_over_http_keeps_the_server_serving(server, clip_a, tmp
     path.write_text("this is not audio")
     client = Client(server, verbose=False)
     _scores, _plot, log, _latency = client.predict(handle_file(str(path)), api_name="/file")
-    assert "notes.txt is not an audio file" in log
+    assert "notes.txt: not a readable audio file" in log
     _scores, _plot, log, _latency = client.predict(handle_file(str(padded_file(clip_a, tmp_path))),
                                                    api_name="/file")
     assert [k for _, k, _ in LOG_LINE.findall(log)] == [clip_a.parent.name], log

@@ -99,3 +99,16 @@ def test_default_model_is_package_data():
     relative = DEFAULT_MODEL.relative_to(REPO / "app").as_posix()
     assert any(fnmatch.fnmatch(relative, p) for p in patterns), \
         f"pyproject's package-data for app ({patterns}) leaves out {relative}: `pip install .` would drop it"
+
+
+def test_serving_image_copies_every_package_the_runtime_imports():
+    """app/ imports the data layer (corpus/): a serving image with only app/ would not start."""
+    imported = {m for path in (REPO / "app").glob("*.py")
+                for m in re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M)
+                if (REPO / m / "__init__.py").is_file()}
+    assert {"app", "corpus"} <= imported
+    copied = {w.rstrip("/") for op, args in stages(DOCKERFILE.read_text())["serve-build"] if op == "COPY"
+              for w in shlex.split(args)[:-1]}
+    assert imported <= copied, f"the serving image lacks {imported - copied}"
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert all(f"{m}*" in include for m in imported), f"pyproject installs {include}, the runtime imports {imported}"

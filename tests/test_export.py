@@ -7,7 +7,7 @@ import onnx
 import pytest
 import torch
 
-from app.clips import read_audio
+from corpus.clips import read_audio
 from conftest import CLIPS
 from export.onnx import ExportError, check_no_loops, export_onnx, metadata
 from export.quantize import quantize_int8, scan_kernel_nodes

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.clips import SILENCE, UNKNOWN
-from app.splits import speaker_split
+from corpus.clips import SILENCE, UNKNOWN
+from corpus.splits import speaker_split
 from conftest import CLIPS, require
 from model.logmel import CLIP_FRAMES, N_MELS, PIXEL_OFFSET, PIXEL_SLOPE, LogMelPixels
 from training.augment import AugmentConfig, augment_pixels, gain_pixels, mix_pixels
@@ -150,7 +150,7 @@ def test_class_weights_draw_the_configured_shares():
 
 
 def test_wav_clips_become_the_front_ends_rounded_pixels():
-    from app.clips import read_audio
+    from corpus.clips import read_audio
     audio = [read_audio(p)[0] for p in sorted(CLIPS.glob("*/*.wav"))[:5]]
     pixels = audio_pixels(audio)
     expected = LogMelPixels()(torch.from_numpy(np.stack(audio))).round().to(torch.uint8).numpy()

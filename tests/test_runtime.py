@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.audio import to_mono_float32
-from app.clips import read_audio
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, ModelError
 from conftest import CLIPS, REPO
+from corpus.clips import read_audio
 from onnx_models import LABELS, META, exported
 
 RATES = (8_000, 11_025, 16_000, 22_050, 32_000, 44_100, 48_000)
@@ -322,7 +322,7 @@ def test_app_runs_with_torch_blocked(paths, clip, tmp_path):
     f = write(tmp_path / "a.wav", clip, 16_000, "PCM_16")
     script = BLOCKER + f"""
 import numpy as np
-import app.spotter, app.detect, app.evaluate, app.audio, app.detection, app.clips, app.cli
+import app.spotter, app.detect, app.evaluate, app.audio, app.detection, app.cli, corpus.clips, corpus.splits
 from app.spotter import KeywordModel, KeywordSpotter, Detection, DEFAULT_MODEL
 spotter = KeywordSpotter(KeywordModel({str(paths['filterbank'])!r}))
 res = spotter.process(np.zeros((4800, 2), np.int16), 48000)

@@ -15,7 +15,7 @@ import soundfile as sf
 import torch
 import torch.nn.functional as F
 
-from app.clips import SILENCE, UNKNOWN, list_clips
+from corpus.clips import SILENCE, UNKNOWN, list_clips
 from conftest import CLIPS, REPO
 from model import RotRNNConfig, classifier_from_checkpoint, paper_sc35_config
 from app import evaluate as app_evaluate

@@ -22,10 +22,10 @@ import pytest
 import soundfile as sf
 import soxr
 
-from app.clips import read_audio
 from app.detection import detect
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from conftest import CLIPS, REPO
+from corpus.clips import read_audio
 from onnx_models import LABELS, META, exported
 
 WEB = REPO / "app" / "web"

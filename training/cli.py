@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
-from app.clips import ClipError
+from corpus.clips import ClipError
 from model.classifiers import DEFAULT_ARCH, config_class
 
 from .config import ConfigError, TrainConfig, load_config

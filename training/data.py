@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
-from app.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
+from corpus.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
                        read_audio)
-from app.splits import SPLITS, folder_splits
+from corpus.splits import SPLITS, folder_splits
 from model import SAMPLE_RATE
 
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, noise_pixels

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.clips import ClipError, list_clips
+from corpus.clips import ClipError, list_clips
 from model.classifiers import load_checkpoint
 
 from .data import folder_splits

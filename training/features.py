@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.clips import BACKGROUND_NOISE, SILENCE, Clip, ClipError, folder_label, speaker_of
-from app.splits import SPLITS, speaker_split
+from corpus.clips import BACKGROUND_NOISE, SILENCE, Clip, ClipError, folder_label, speaker_of
+from corpus.splits import SPLITS, speaker_split
 from model.logmel import CLIP_FRAMES, N_MELS, LogMelPixels
 
 IMAGE_SUFFIX = ".jpg"
@@ -111,7 +111,7 @@ def image_label(name: str, labels) -> str | None:
 
 
 def image_splits(path: Path, labels) -> tuple[dict[str, FeatureClips], int]:
-    """The zip's images split by speaker (app/splits.py's salted hash, as WAV folders without
+    """The zip's images split by speaker (corpus/splits.py's salted hash, as WAV folders without
     lists are), and how many images were corrupt (skipped, warned)."""
     if not path.is_file():
         raise ClipError(f"log-mel image zip {path} does not exist")

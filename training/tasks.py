@@ -1,5 +1,5 @@
 """The label lists, named once: the class count of every model derives from them."""
-from app.clips import SILENCE, UNKNOWN
+from corpus.clips import SILENCE, UNKNOWN
 
 KWS_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 KWS12_LABELS = KWS_WORDS + (UNKNOWN, SILENCE)    # the keyword-spotting protocol (12 classes)

@@ -1,5 +1,5 @@
 // A mono WAV file → {samples: Float32Array in [−1, 1], sampleRate}: what Python's
-// app.clips.read_audio gives for the same file (16-bit PCM ÷ 32768, 32-bit float as is).
+// corpus.clips.read_audio gives for the same file (16-bit PCM ÷ 32768, 32-bit float as is).
 import { readFileSync } from 'node:fs';
 
 const FORMAT = { PCM: 1, FLOAT: 3, EXTENSIBLE: 0xfffe };

@@ -6,9 +6,11 @@
       _silence_/1024.wav                  1 s of noise, no speaker
       _background_noise_/…                long noise recordings: never clips
 
-numpy + soundfile only (no torch): the runtime imports this module.
+Audio files are read here only (audio_blocks), checked by one rule. numpy + soundfile only
+(no torch): the runtime imports this module.
 """
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,23 +50,49 @@ def speaker_of(filename: str) -> str:
     return head.rsplit("_", 1)[-1]
 
 
-def read_audio(path) -> tuple[np.ndarray, int]:
+def read_audio(path, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     """(samples,) float32 mono in [−1, 1] and its sample rate in Hz; channels are averaged.
 
-    Any format soundfile reads (WAV 8/16/24/32-bit, FLAC, OGG). A file that is missing, a folder,
-    not audio, empty, truncated, or whose samples are not finite or far beyond full scale
-    (PEAK_LIMIT) raises ClipError naming it and saying which.
+    Any format soundfile reads (WAV 8/16/24/32-bit, FLAC, OGG). Refused with ClipError as
+    audio_blocks refuses (missing, a folder, not audio, empty, truncated, non-finite, far beyond
+    full scale, longer than max_seconds).
+    """
+    (data, rate), = audio_blocks(path, max_seconds=max_seconds)
+    return data.mean(axis=1, dtype=np.float32), rate
+
+
+def audio_blocks(path, block_seconds: float | None = None,
+                 max_seconds: float | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """A file's audio as (frames, channels) float32 blocks at full scale ±1, each with the rate
+    in Hz: blocks of block_seconds (the whole file as one block without it). The one way audio
+    files are read: every block is checked before it is yielded.
+
+    A file that is missing, a folder, not audio, empty, truncated, longer than max_seconds, or
+    whose samples are not finite or far beyond full scale (PEAK_LIMIT) raises ClipError naming
+    it and saying which.
     """
     path = Path(path)
     check_audio_file(path)
+    frames = 0
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)   # (samples, channels)
+        with sf.SoundFile(str(path)) as f:
+            rate = int(f.samplerate)
+            if max_seconds is not None and f.frames > max_seconds * rate:
+                raise ClipError(f"{path}: is {f.frames / rate:.0f} s long; files up to "
+                                f"{max_seconds:g} s are read")
+            blocks = ([f.read(dtype="float32", always_2d=True)] if block_seconds is None else
+                      f.blocks(blocksize=max(1, int(block_seconds * rate)), dtype="float32", always_2d=True))
+            for data in blocks:
+                if len(data):
+                    check_samples(data, path)
+                    frames += len(data)
+                    yield data, rate
+    except ClipError:
+        raise
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         raise ClipError(f"{path}: not a readable audio file (expected WAV/FLAC/OGG): {e}") from None
-    if not len(data):
+    if not frames:
         raise ClipError(f"{path}: holds no audio samples (an empty or header-only file)")
-    check_samples(data, path)
-    return data.mean(axis=1, dtype=np.float32), int(rate)
 
 
 def check_audio_file(path: Path) -> None:
