@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, DemoSession
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, ModelError
+from app.spotter import DEFAULT_MODEL, KeywordModel, ModelError, detection_settings
 
 HOST = "127.0.0.1"           # loopback unless told otherwise (--host 0.0.0.0 in the container)
 PORT = 7860
@@ -51,6 +51,7 @@ def views(session: DemoSession) -> tuple:
 
 def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_db: float) -> tuple:
     """One microphone piece, `chunk` = (sample_rate, int16 (n,) or (n, ch)), as Gradio gives it."""
+    threshold = slider_threshold(model, threshold)
     session = session or DemoSession(model, threshold)
     session.configure(threshold, gain_db)
     if chunk is not None and len(chunk[1]):
@@ -63,6 +64,7 @@ def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_
 
 def on_file(model: KeywordModel, path, session, threshold: float | None, gain_db: float) -> tuple:
     """An uploaded file through the streaming path; a file that is not audio → a warning."""
+    threshold = slider_threshold(model, threshold)
     session = session or DemoSession(model, threshold)
     session.configure(threshold, gain_db)
     if path:
@@ -80,7 +82,7 @@ def warn(session: DemoSession, error: Exception) -> None:
 
 
 def on_clear(model: KeywordModel, session, threshold: float | None, gain_db: float) -> tuple:
-    session = session or DemoSession(model, threshold)
+    session = session or DemoSession(model, slider_threshold(model, threshold))
     session.clear()
     session.log.clear()
     session.timings.clear()
@@ -105,19 +107,37 @@ def build_demo(model: KeywordModel | None = None) -> gr.Blocks:
     return demo
 
 
+def slider_start(model: KeywordModel) -> tuple[float, str]:
+    """The threshold slider's first value (the model's operating point; its median when the
+    model has one threshold per keyword) and, then, those thresholds as text."""
+    point = detection_settings(model, {})["threshold"]
+    if not isinstance(point, dict):
+        return float(np.clip(point, *THRESHOLD_RANGE)), ""
+    start = float(np.clip(np.round(np.median(list(point.values())), 2), *THRESHOLD_RANGE))
+    return start, ", ".join(f"{k} {v:.2f}" for k, v in point.items())
+
+
+def slider_threshold(model: KeywordModel, value: float | None) -> float | None:
+    """The slider's value as a threshold: None (the model's own operating point, per keyword
+    where it has one) while the slider stays where it started."""
+    return None if value is None or value == slider_start(model)[0] else value
+
+
 def layout(model: KeywordModel) -> SimpleNamespace:
     """The components: controls on the left, what the spotter hears on the right."""
     gr.Markdown(INTRO.format(keywords=", ".join(f"*{k}*" for k in model.keywords)))
     ui = SimpleNamespace()
-    operating_point = float(np.clip(KeywordSpotter(model).threshold, *THRESHOLD_RANGE))
+    operating_point, per_keyword = slider_start(model)
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             ui.mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy",
                               label="Microphone", elem_id="mic")
             ui.upload = gr.Audio(sources=["upload"], type="filepath",
                                  label="Or run an audio file through the same path", elem_id="upload")
+            note = (f" · starts at the model's per keyword ({per_keyword}); moving it sets one for all"
+                    if per_keyword else "")
             ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=operating_point, step=0.01,
-                                     label="Threshold (keyword probability to detect)", elem_id="threshold")
+                                     label=f"Threshold (keyword probability to detect{note})", elem_id="threshold")
             ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
                                 label="Sensitivity (input gain, dB)", elem_id="sensitivity")
             ui.clear = gr.Button("Clear", elem_id="clear")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from app.audio import to_mono_float32
-from app.spotter import KeywordModel, KeywordSpotter
+from app.spotter import KeywordModel, KeywordSpotter, detection_settings
 from corpus.clips import ClipError, read_audio
 
 GAIN_RANGE_DB = (-12.0, 24.0)  # the sensitivity control: input gain in dB, 0 = the audio as sent
@@ -47,6 +47,7 @@ class DemoSession:
         self.model = model
         self.lock = threading.RLock()     # a file upload and the microphone may arrive at once
         self.spotter = KeywordSpotter(model, threshold=threshold)
+        self.operating_point = detection_settings(model, {})["threshold"]   # maybe per keyword
         self.gain_db = 0.0
         self.log: deque[str] = deque(maxlen=LOG_LINES)
         self.timings: deque[Timing] = deque(maxlen=TIMINGS_KEPT)
@@ -62,8 +63,9 @@ class DemoSession:
             self.detections: list = []
 
     def configure(self, threshold: float | None = None, gain_db: float | None = None) -> None:
-        if threshold is not None:
-            self.spotter.threshold = float(threshold)
+        """threshold: one for every keyword; None: the model's operating point."""
+        with self.lock:
+            self.spotter.threshold = self.operating_point if threshold is None else float(threshold)
         if gain_db is not None:
             self.gain_db = float(np.clip(gain_db, *GAIN_RANGE_DB))
 

@@ -13,22 +13,48 @@ import os
 import sys
 from pathlib import Path
 
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
 from corpus.clips import ClipError, audio_blocks
 
 BLOCK_SECONDS = 1.0   # read files in blocks of this length
 
 
+def model_settings(argv: list[str]) -> dict:
+    """The detection settings that apply to the model the command line names (its metadata's,
+    else app/detection.py's), for --help to show; {} when it cannot be read (the run says why)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model")
+    try:
+        return detection_settings(KeywordModel(pre.parse_known_args(argv)[0].model), {})
+    except ValueError:
+        return {}
+
+
+def shown(settings: dict, key: str) -> str:
+    value = settings.get(key)
+    if value is None:
+        return "the model's metadata, else app/detection.py's"
+    if isinstance(value, dict):
+        return "per keyword, " + ", ".join(f"{k} {v:g}" for k, v in value.items())
+    return f"{value:g}"
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rotkws detect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = model_settings(argv) if any(a in ("-h", "--help") for a in argv) else {}
     p.add_argument("audio", nargs="+", help="audio files (WAV/FLAC/OGG, any rate, channels, bit depth)")
     p.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
     p.add_argument("--scores", action="store_true", help="print the score track as CSV instead")
-    p.add_argument("--threshold", type=float, help="smoothed probability that fires (default: the model's)")
-    p.add_argument("--smoothing", type=int, help="moving-average window in hops")
-    p.add_argument("--min-hops", type=int, help="consecutive hops above the threshold to fire")
-    p.add_argument("--refractory", type=float, help="seconds without detections after one")
+    p.add_argument("--threshold", type=float, help="smoothed probability that fires, one for every "
+                   f"keyword (default: {shown(m, 'threshold')})")
+    p.add_argument("--smoothing", type=int, help=f"moving-average window in hops (default: {shown(m, 'smoothing')})")
+    p.add_argument("--min-hops", type=int, help="consecutive hops above the threshold to fire "
+                   f"(default: {shown(m, 'min_hops')})")
+    p.add_argument("--refractory", type=float, help="seconds without detections after one "
+                   f"(default: {shown(m, 'refractory_s')})")
+    p.add_argument("--flush", type=float, help="seconds of silence run through after each file's end, "
+                   f"so a keyword at the very end is heard (default: {shown(m, 'flush_s')})")
     return p.parse_args(argv)
 
 
@@ -55,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spotter = KeywordSpotter(KeywordModel(args.model), threshold=args.threshold,
                                  smoothing=args.smoothing, min_hops=args.min_hops,
-                                 refractory_s=args.refractory)
+                                 refractory_s=args.refractory, flush_s=args.flush)
     except ValueError as e:                     # ModelError, or a detection setting out of range
         print(f"rotkws detect: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 Every hop t (one row of class probabilities):
 
 1. smooth: the mean of the last `smoothing` rows (fewer at the start of a stream);
-2. the best keyword of the smoothed row is a candidate when its score ≥ `threshold`;
+2. the best keyword of the smoothed row is a candidate when its score ≥ its `threshold` (one
+   number for every keyword, or one per keyword: a model's calibrated operating point);
 3. a run of `min_hops` consecutive hops with the same candidate fires one detection, at the
    hop that completes the run, with that hop's smoothed score; a longer run fires nothing more;
 4. refractory: no detection of any keyword within `refractory_s` seconds after one (one spoken
@@ -12,6 +13,7 @@ Every hop t (one row of class probabilities):
 `Detector` is the streaming form (state carried between calls); `detect` the offline one. The
 same rows give the same detections however they are split between calls.
 """
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,9 @@ THRESHOLD = 0.5        # smoothed keyword probability that counts as heard
 SMOOTHING_HOPS = 3     # moving-average window: 3 hops = 300 ms at the 100 ms hop
 MIN_HOPS = 2           # consecutive hops above the threshold before a detection
 REFRACTORY_S = 1.0     # after a detection, none for this long: about one spoken word
+FLUSH_S = 1.0          # at the end of a stream, this much silence still goes through the model
+                       # and the detector: a keyword at the very end of a file is still heard
+SETTINGS = ("threshold", "smoothing", "min_hops", "refractory_s", "flush_s")   # metadata keys
 
 
 @dataclass(frozen=True)
@@ -34,9 +39,22 @@ class Detection:
     score: float       # the keyword's smoothed probability there
 
 
-def check_settings(threshold, smoothing, min_hops, refractory_s) -> None:
-    if not 0 < threshold <= 1:
-        raise ValueError(f"expected a threshold in (0, 1], got {threshold!r}")
+def check_threshold(threshold, keywords) -> dict[str, float]:
+    """A threshold (one number, or {keyword: number} naming every keyword) → {keyword: number}."""
+    if isinstance(threshold, Mapping):
+        if set(threshold) != set(keywords):
+            raise ValueError(f"expected a threshold for each keyword {list(keywords)}, got {dict(threshold)}")
+        out = {k: threshold[k] for k in keywords}
+    else:
+        out = dict.fromkeys(keywords, threshold)
+    for k, value in out.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"expected a threshold in (0, 1], got {value!r}"
+                             + (f" for {k!r}" if isinstance(threshold, Mapping) else ""))
+    return {k: float(v) for k, v in out.items()}
+
+
+def check_settings(smoothing, min_hops, refractory_s) -> None:
     for name, value in (("smoothing", smoothing), ("min_hops", min_hops)):
         if isinstance(value, bool) or int(value) != value or value < 1:
             raise ValueError(f"expected {name} as a whole number of hops ≥ 1, got {value!r}")
@@ -64,28 +82,29 @@ class Detector:
     keywords: the labels that can fire (the others, _silence_ and _unknown_, never do)
     """
 
-    def __init__(self, labels, keywords, *, threshold: float = THRESHOLD,
+    def __init__(self, labels, keywords, *, threshold: float | Mapping[str, float] = THRESHOLD,
                  smoothing: int = SMOOTHING_HOPS, min_hops: int = MIN_HOPS,
                  refractory_s: float = REFRACTORY_S):
-        check_settings(threshold, smoothing, min_hops, refractory_s)
+        check_settings(smoothing, min_hops, refractory_s)
         self.labels = tuple(labels)
         missing = [k for k in keywords if k not in self.labels]
         if missing or not keywords:
             raise ValueError(f"expected keywords among the labels {list(self.labels)}, got {list(keywords)}")
         self.keywords = tuple(keywords)
         self._columns = np.array([self.labels.index(k) for k in self.keywords])
-        self._threshold = float(threshold)
+        self.threshold = threshold
         self.smoothing, self.min_hops, self.refractory_s = int(smoothing), int(min_hops), float(refractory_s)
         self.reset()
 
     @property
-    def threshold(self) -> float:
-        return self._threshold
+    def threshold(self) -> float | dict[str, float]:
+        """One number when every keyword has the same threshold, else {keyword: threshold}."""
+        values = set(self._thresholds.tolist())
+        return values.pop() if len(values) == 1 else dict(zip(self.keywords, self._thresholds.tolist()))
 
     @threshold.setter
-    def threshold(self, value: float) -> None:
-        check_settings(value, self.smoothing, self.min_hops, self.refractory_s)
-        self._threshold = float(value)
+    def threshold(self, value: float | Mapping[str, float]) -> None:
+        self._thresholds = np.array(list(check_threshold(value, self.keywords).values()))
 
     def reset(self) -> None:
         self._history = np.zeros((0, len(self.labels)))
@@ -112,7 +131,7 @@ class Detector:
 
     def _step(self, t: float, row: np.ndarray) -> Detection | None:
         best = int(np.argmax(row))
-        if row[best] < self._threshold:
+        if row[best] < self._thresholds[best]:
             self._candidate, self._run = -1, 0
             return None
         self._run = self._run + 1 if best == self._candidate else 1

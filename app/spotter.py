@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from app.audio import StreamResampler, check_rate, to_mono_float32
-from app.detection import (MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, THRESHOLD, Detection,
-                           Detector)
+from app.detection import (FLUSH_S, MIN_HOPS, REFRACTORY_S, SETTINGS, SMOOTHING_HOPS, THRESHOLD,
+                           Detection, Detector)
 from corpus.clips import SILENCE, UNKNOWN
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
@@ -164,25 +164,24 @@ class KeywordSpotter:
     Settings left None come from the model's metadata (`detection`), else app/detection.py.
     """
 
-    def __init__(self, model, *, threshold: float | None = None, smoothing: int | None = None,
-                 min_hops: int | None = None, refractory_s: float | None = None):
+    def __init__(self, model, *, threshold: float | dict[str, float] | None = None,
+                 smoothing: int | None = None, min_hops: int | None = None,
+                 refractory_s: float | None = None, flush_s: float | None = None):
         self.model = model if isinstance(model, KeywordModel) else KeywordModel(model)
         given = {"threshold": threshold, "smoothing": smoothing, "min_hops": min_hops,
-                 "refractory_s": refractory_s}
-        settings = {"threshold": THRESHOLD, "smoothing": SMOOTHING_HOPS, "min_hops": MIN_HOPS,
-                    "refractory_s": REFRACTORY_S}
-        settings |= {k: v for k, v in self.model.meta["detection"].items() if k in settings}
-        settings |= {k: v for k, v in given.items() if v is not None}
-        self.detector = Detector(self.model.labels, self.model.keywords, **settings)
+                 "refractory_s": refractory_s, "flush_s": flush_s}
+        self.settings = detection_settings(self.model, given)
+        self.flush_s = self.settings.pop("flush_s")
+        self.detector = Detector(self.model.labels, self.model.keywords, **self.settings)
         self._resampler = StreamResampler(self.model.sample_rate)
         self.reset()
 
     @property
-    def threshold(self) -> float:
+    def threshold(self) -> float | dict[str, float]:
         return self.detector.threshold
 
     @threshold.setter
-    def threshold(self, value: float) -> None:
+    def threshold(self, value: float | dict[str, float]) -> None:
         self.detector.threshold = value
 
     @property
@@ -206,15 +205,22 @@ class KeywordSpotter:
 
     def flush(self) -> SpotResult:
         """End of the stream (a file's end): score what the resampler and the hop buffer still
-        hold, padded with zeros to the graph's input multiple. Then reset() to start anew."""
+        hold, padded with zeros to the graph's input multiple; then `flush_s` of silence, whose
+        rows are not returned but whose detections are, at the time the input ended (a keyword
+        said at the very end is still heard). Then reset() to start anew."""
         result = self._consume(self._resampler.flush())
         rest = len(self._pending)
-        if rest == 0:
-            return result
-        padded = -(-rest // self.model.input_multiple) * self.model.input_multiple
-        last = self._score_hops(np.pad(self._pending, (0, padded - rest)), padded, rest)
-        self._pending = self._pending[:0]
-        return merge(result, last)
+        if rest:
+            padded = -(-rest // self.model.input_multiple) * self.model.input_multiple
+            result = merge(result, self._score_hops(np.pad(self._pending, (0, padded - rest)), padded, rest))
+            self._pending = self._pending[:0]
+        end_s = self._samples_done / self.model.sample_rate
+        hops = int(np.floor(self.flush_s / self.hop_s + 0.5))       # as JavaScript's Math.round
+        tail = self._score_hops(np.zeros(hops * self.model.hop_samples, np.float32),
+                                self.model.hop_samples, self.model.hop_samples)
+        self._samples_done -= hops * self.model.hop_samples     # the silence was not input
+        heard = [Detection(d.keyword, end_s, d.score) for d in tail.detections]
+        return SpotResult(result.times, result.scores, result.detections + heard)
 
     def _consume(self, audio: np.ndarray) -> SpotResult:
         self._pending = np.concatenate([self._pending, audio]) if self._pending.size else audio
@@ -241,6 +247,18 @@ class KeywordSpotter:
             return scores[0]
         self._window = np.concatenate([self._window[len(hop):], hop])
         return self.model.run(self._window[None], None)[0][0]
+
+
+def detection_settings(model: KeywordModel, given: dict) -> dict:
+    """The detection rule's settings for `model`: those `given` (not None), else the model's
+    metadata (`detection`: its calibrated operating point), else app/detection.py's defaults."""
+    settings = {"threshold": THRESHOLD, "smoothing": SMOOTHING_HOPS, "min_hops": MIN_HOPS,
+                "refractory_s": REFRACTORY_S, "flush_s": FLUSH_S}
+    settings |= {k: v for k, v in model.meta["detection"].items() if k in SETTINGS}
+    settings |= {k: v for k, v in given.items() if v is not None}
+    if not (isinstance(settings["flush_s"], (int, float)) and settings["flush_s"] >= 0):
+        raise ValueError(f"expected flush_s ≥ 0 seconds, got {settings['flush_s']!r}")
+    return settings
 
 
 def merge(a: SpotResult, b: SpotResult) -> SpotResult:

@@ -3,8 +3,8 @@ accepts per hour over a threshold sweep (a DET curve), the runtime's spotter run
 runs it.
 
 A stream is cut into segments of `SEGMENT_MINUTES` (each its own seed, a fresh spotter): every
-clip of the held-out split (keywords and `_unknown_` words) plus wake-word recordings
-(non-keyword speech), in random order, at random gaps, over background noise at several SNRs.
+clip of the held-out split (keywords and `_unknown_` words) plus wake-word recordings of the
+same split (non-keyword speech, `wake_recordings`), in random order, at random gaps, over background noise at several SNRs.
 A detection is a hit when its keyword is the clip's and it comes between the clip's start and
 HIT_WINDOW_S after its end; every other detection is a false accept.
 """
@@ -25,6 +25,8 @@ NOISE_FOLDER = "speech_commands_background_noise"
 GAP_S = (1.0, 4.0)            # silence between clips, uniform
 SNRS_DB = (20.0, 10.0, 5.0)   # speech-to-noise ratios, in turn
 HIT_WINDOW_S = 1.0            # a detection up to this long after the clip's end still counts
+TRAINED_PHRASE = "alexa"      # its training-split recordings train streams (training/streams.py)
+HELD_OUT_PHRASE = "snowboy"   # never trained on (it evaluates `rotkws enroll`): testing streams only
 WAKEWORD_CLIPS = 120          # wake-word recordings drawn into each segment's clip pool
 SEGMENT_MINUTES = 30.0        # one seeded stream; longer runs are several segments
 FEED_SECONDS = 1.0            # audio handed to the spotter per call
@@ -38,6 +40,15 @@ class Event:
     end_s: float
 
 
+def wake_recordings(data: Path, split: str) -> list[Path]:
+    """Other phrases for a split's streams: the `alexa` recordings whose file name splits as
+    `split` (stream training uses the training ones), and in testing every `snowboy` recording
+    too (no training uses them; they are never used for calibration either)."""
+    found = [p for p in sorted((data / WAKEWORD_FOLDER / TRAINED_PHRASE).glob("*"))
+             if speaker_split(p.stem) == split]
+    return found + (sorted((data / WAKEWORD_FOLDER / HELD_OUT_PHRASE).glob("*")) if split == "testing" else [])
+
+
 def held_out_clips(data: Path, labels, split: str, rng, read=read_audio) -> list[tuple[np.ndarray, str]]:
     """The split's keyword and `_unknown_` clips (no `_silence_`), plus WAKEWORD_CLIPS wake-word
     recordings as `_unknown_`: (audio, label) at 16 kHz. `read(path) -> (audio, rate)`."""
@@ -46,7 +57,7 @@ def held_out_clips(data: Path, labels, split: str, rng, read=read_audio) -> list
     if not clips:
         raise ClipError(f"no {split} clips in {data / KEYWORD_FOLDER}")
     out = [(read(c.path)[0], c.label) for c in clips]
-    wake = sorted((data / WAKEWORD_FOLDER).glob("*/*"))
+    wake = wake_recordings(data, split)
     for path in rng.permutation(np.array(wake, dtype=object))[:WAKEWORD_CLIPS]:
         try:
             audio, rate = read(path)

@@ -116,3 +116,30 @@ def test_bad_settings_and_shapes_are_refused():
         d.threshold = float("nan")
     d.threshold = 0.8
     assert d.threshold == 0.8
+
+
+# -- one threshold per keyword (a calibrated model's operating point) ---------------------------
+def test_each_keyword_fires_at_its_own_threshold():
+    labels, keywords = ("yes", "no", "_silence_"), ("yes", "no")
+    rows = np.array([[0.6, 0.1, 0.3]] * 3 + [[0.0, 0.0, 1.0]] * 3 + [[0.1, 0.6, 0.3]] * 3)
+    times = np.arange(1, len(rows) + 1) * 0.1
+    settings = dict(smoothing=1, min_hops=2, refractory_s=0.0)
+    found = detect(times, rows, labels, keywords, threshold={"yes": 0.7, "no": 0.5}, **settings)
+    assert [(d.keyword, round(d.time_s, 3)) for d in found] == [("no", 0.8)]      # yes stays under 0.7
+    found = detect(times, rows, labels, keywords, threshold={"yes": 0.55, "no": 0.65}, **settings)
+    assert [(d.keyword, round(d.time_s, 3)) for d in found] == [("yes", 0.2)]
+    d = Detector(labels, keywords, threshold={"yes": 0.7, "no": 0.5})
+    assert d.threshold == {"yes": 0.7, "no": 0.5}
+    d.threshold = 0.6                                    # one number sets every keyword
+    assert d.threshold == 0.6
+
+
+@pytest.mark.parametrize("threshold, message", [
+    ({"yes": 0.5}, r"a threshold for each keyword \['yes', 'no'\]"),
+    ({"yes": 0.5, "no": 0.5, "up": 0.5}, "a threshold for each keyword"),
+    ({"yes": 0.5, "no": 1.5}, r"threshold in \(0, 1\], got 1.5 for 'no'"),
+    ({"yes": 0.5, "no": "high"}, r"threshold in \(0, 1\], got 'high' for 'no'"),
+])
+def test_per_keyword_thresholds_are_checked(threshold, message):
+    with pytest.raises(ValueError, match=message):
+        Detector(("yes", "no", "_silence_"), ("yes", "no"), threshold=threshold)

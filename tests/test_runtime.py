@@ -337,3 +337,28 @@ print("ok")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
     assert "--checkpoint needs PyTorch and the train extra" in done.stderr
+
+
+def test_a_keyword_at_the_very_end_of_the_input_is_heard():
+    """flush() runs `flush_s` of silence through the model and the detector: each real 1 s
+    keyword clip alone gives the detections of the same clip followed by that much silence,
+    reported at the end of the input, and no score rows past it."""
+    model = KeywordModel(DEFAULT_MODEL)
+    clips = sorted(p for p in CLIPS.glob("*/*.wav") if p.parent.name in model.keywords)
+    assert len(clips) >= len(model.keywords)
+    heard = 0
+    for path in clips:
+        audio = read_audio(path)[0]
+        alone = KeywordSpotter(model)
+        res = [alone.process(audio, 16_000), alone.flush()]
+        padded = KeywordSpotter(model, flush_s=0.0)
+        silence = np.zeros(round(alone.flush_s * 16_000), np.float32)
+        ref = [padded.process(np.concatenate([audio, silence]), 16_000), padded.flush()]
+        got = [d for r in res for d in r.detections]
+        want = [d for r in ref for d in r.detections]
+        assert [d.keyword for d in got] == [d.keyword for d in want], path
+        end = len(audio) / 16_000
+        assert all(abs(g.time_s - min(w.time_s, end)) < 1e-9 for g, w in zip(got, want))
+        assert max(t for r in res for t in r.times) <= end + 1e-9
+        heard += any(d.keyword == path.parent.name for d in got)
+    assert heard >= len(clips) // 2, f"the default model heard {heard} of {len(clips)} clips"

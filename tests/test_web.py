@@ -145,7 +145,9 @@ def synthetic_tracks(seed: int = 0, hops: int = 400) -> list[dict]:
     cases = []
     for name, settings in {"defaults": {"threshold": 0.5, "smoothing": 3, "minHops": 2, "refractoryS": 1.0},
                            "no smoothing": {"threshold": 0.4, "smoothing": 1, "minHops": 1, "refractoryS": 0.0},
-                           "long runs": {"threshold": 0.45, "smoothing": 5, "minHops": 3, "refractoryS": 0.45}}.items():
+                           "long runs": {"threshold": 0.45, "smoothing": 5, "minHops": 3, "refractoryS": 0.45},
+                           "one threshold per keyword": {"threshold": {k: round(0.35 + 0.05 * i, 2) for i, k in enumerate(keywords)},
+                                                         "smoothing": 2, "minHops": 2, "refractoryS": 0.3}}.items():
         found = detect(times, scores, LABELS, keywords, **snake(settings))
         cases.append({"name": name, "labels": list(LABELS), "keywords": keywords, "settings": settings,
                       "times": times.tolist(), "scores": scores.tolist(), "splits": [1, 7, 50, 3],

@@ -18,11 +18,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from corpus.clips import ClipError
-from model.classifiers import DEFAULT_ARCH, config_class
+from model.classifiers import DEFAULT_ARCH, config_class, load_checkpoint
 
 from .config import ConfigError, TrainConfig, load_config
 from .data import KWSDataModule
 from .module import KWSModule
+from .streams import other_weights
 from .tasks import task_labels
 
 USAGE = "rotkws train --config FILE [--section.key VALUE ...] [--resume]"
@@ -122,7 +123,26 @@ def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KW
     module = KWSModule(model, vars(cfg.optim), vars(cfg.augment), cfg.data.task,
                        cfg.trainer.seed, data, cfg.to_dict())
     module.noise = None if dm.noise is None else torch.from_numpy(dm.noise)
+    if cfg.trainer.init_from:
+        init_weights(module, Path(cfg.trainer.init_from))
+    if dm.streams is not None:                            # hard negatives of the starting weights
+        pool = dm.streams.pool
+        columns = [i for i, label in enumerate(module.net.cfg.labels) if i not in (pool.unknown, pool.silence)]
+        pool.other_weights = other_weights(module.net, pool.others, columns)
     return trainer_for(cfg, len(dm.sets["validation"]) > 0, list(callbacks)), module, dm
+
+
+def init_weights(module: KWSModule, path: Path) -> None:
+    """Copy a checkpoint's classifier weights into the module's network (same architecture)."""
+    try:
+        net, entry = load_checkpoint(path)
+    except ValueError as e:
+        raise ConfigError(f"trainer.init_from: {e}") from None
+    try:
+        module.net.load_state_dict(net.state_dict())
+    except RuntimeError as e:                             # other widths, depths or labels
+        raise ConfigError(f"trainer.init_from: {path} holds another network than the config's "
+                          f"({entry['config']}): {str(e).splitlines()[0]}") from None
 
 
 def resume_path(cfg: TrainConfig) -> Path:

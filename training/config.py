@@ -44,6 +44,8 @@ class TrainerConfig:
     limit_train_batches: int | float = 1.0   # a share (float ≤ 1.0) or a count (int) of batches
     limit_val_batches: int | float = 1.0
     seed: int = 0                        # weights, augmentation and data order
+    init_from: str | None = None         # start from this checkpoint's weights (fine-tuning; its
+                                         # network must be the config's); --resume wins over it
     threads: int = 0                     # torch CPU threads in each process (0: torch's default)
     progress_bar: bool = True
 

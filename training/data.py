@@ -10,15 +10,17 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomSampler
 
 from corpus.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
                        read_audio)
-from corpus.splits import SPLITS, folder_splits
+from corpus.splits import SPLITS, folder_splits, speaker_split
 from model import SAMPLE_RATE
+from model.logmel import FRAME_RATE
 
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, noise_pixels
 from .paths import default_data_root
+from .streams import StreamDataset, StreamPool
 from .tasks import task_labels
 
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
@@ -52,6 +54,11 @@ class DataConfig:
     silence_share: float = 0.1           # kws12: share of _silence_, filled with noise cuts
                                          # (features: the shares of the weighted draws)
     seed: int = 0                        # the unknown subsample and the silence cuts
+    stream_seconds: float = 0.0          # > 0: train on sequences this long with a target per
+                                         # frame (training/streams.py; logmel networks only)
+    stream_examples: int = 8192          # sequences per training epoch
+    wake_words: str | None = None        # streams: recordings of other phrases, as `_unknown_`
+                                         # (those whose file name splits as a training speaker)
 
     def root_path(self) -> Path:
         return Path(self.root).expanduser().resolve() if self.root else default_data_root()
@@ -99,6 +106,24 @@ def read_clips(clips: list[Clip], sample_rate: int,
             skipped.append(str(clip.path))
             continue
         kept.append(clip)
+    return kept, audio, skipped
+
+
+def read_clips_any_length(paths: list[Path], sample_rate: int) -> tuple[list[Path], list[np.ndarray], list[str]]:
+    """Whole recordings at `sample_rate` (wake-word phrases): those that read, their audio, and
+    the paths of the corrupt or other-rate ones (skipped, warned)."""
+    kept, audio, skipped = [], [], []
+    for path in paths:
+        try:
+            x, rate = read_audio(path)
+            if rate != sample_rate:
+                raise ClipError(f"{path}: sample rate {rate} Hz, expected {sample_rate} Hz")
+        except ClipError as e:
+            warnings.warn(f"skipping a recording: {e}", stacklevel=2)
+            skipped.append(str(path))
+            continue
+        kept.append(path)
+        audio.append(x)
     return kept, audio, skipped
 
 
@@ -220,6 +245,7 @@ class KWSDataModule(L.LightningDataModule):
         self.described: list[dict] = []
         self.corrupt_images = 0
         self._skipped_audio: list[str] = []
+        self.streams: StreamDataset | None = None          # stream training (cfg.stream_seconds)
 
     def prepare_data(self):
         for src in self.cfg.source_list():
@@ -271,6 +297,29 @@ class KWSDataModule(L.LightningDataModule):
             raise ClipError(f"no training clips in {[s['path'] for s in self.described]}")
         self.sets = {s: FeatureDataset(c, self.labels) for s, c in merged.items()}
         self.noise = self._noise_pixels(merged["training"])
+        if self.cfg.stream_seconds > 0:
+            self.streams = StreamDataset(self._stream_pool(merged["training"]),
+                                         round(self.cfg.stream_seconds * FRAME_RATE), self.cfg.seed)
+
+    def _stream_pool(self, training: FeatureClips) -> StreamPool:
+        labels = np.array(training.labels)
+        keyword = ~np.isin(labels, [UNKNOWN, SILENCE])
+        wake = []
+        if self.cfg.wake_words:
+            folder = self.cfg.resolve(self.cfg.wake_words)
+            paths = sorted(p for p in folder.glob("*") if p.suffix.lower() in AUDIO_SUFFIXES
+                           and speaker_split(p.stem) == "training")   # held-out ones: stream tests
+            if not paths:
+                raise ClipError(f"no training-split audio files in the wake-word folder {folder}")
+            _, audio, skipped = read_clips_any_length(paths, self.sample_rate)
+            self._skipped_audio += skipped
+            wake = [noise_pixels(x) for x in audio if len(x) >= self.sample_rate // 2]
+        if self.noise is None or not (labels == SILENCE).any() or not (labels == UNKNOWN).any():
+            raise ClipError("stream training needs noise, `_silence_` and `_unknown_` examples")
+        return StreamPool(training.pixels[keyword],
+                          np.array([self.labels.index(l) for l in labels[keyword]]),
+                          training.pixels[labels == UNKNOWN], training.pixels[labels == SILENCE],
+                          wake, self.noise, self.labels.index(UNKNOWN), self.labels.index(SILENCE))
 
     def _noise_pixels(self, training: FeatureClips) -> np.ndarray | None:
         """Pixel frames to mix in: the noise recordings' and the training noise images'."""
@@ -320,6 +369,12 @@ class KWSDataModule(L.LightningDataModule):
                           persistent_workers=self.cfg.num_workers > 0)
 
     def train_dataloader(self):
+        if self.cfg.stream_seconds > 0:
+            sampler = RandomSampler(self.streams, replacement=True, num_samples=self.cfg.stream_examples,
+                                    generator=torch.Generator().manual_seed(self.cfg.seed))
+            return DataLoader(self.streams, batch_size=self.cfg.batch_size, sampler=sampler,
+                              num_workers=self.cfg.num_workers, drop_last=True,
+                              persistent_workers=self.cfg.num_workers > 0)
         return self._loader("training", True)
 
     def val_dataloader(self):

@@ -18,6 +18,9 @@ from model.classifiers import Recurrent
 from model.network import CHECKPOINT_KEY
 
 from .augment import AugmentConfig, augment, augment_pixels
+from .streams import IGNORE
+
+STREAM_RESTART = 0.05   # stream training: chance that a row's next sequence starts from silence
 
 
 @dataclass
@@ -54,6 +57,7 @@ class KWSModule(L.LightningModule):
         self.noise: Tensor | None = None               # background noise, set by the trainer: flat
                                                        # samples, or (M, N_MELS) pixel frames
         self._epoch_started: float | None = None       # None in an epoch resumed mid-way
+        self._carry: Tensor | None = None              # stream training: each row's state
         n = self.net.cfg.n_classes
         self.acc = torch.nn.ModuleDict({s: MulticlassAccuracy(n, average="micro")
                                         for s in ("train_", "val_", "test_")})
@@ -70,8 +74,8 @@ class KWSModule(L.LightningModule):
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, labels = batch
         x = x.float()                                           # pixels come as uint8
-        if self.training and self.trainer is not None and self.trainer.training:
-            x = self._augment(x)
+        if labels.ndim == 1 and self.training and self.trainer is not None and self.trainer.training:
+            x = self._augment(x)                                # streams come augmented
         return x, labels
 
     def _augment(self, x: Tensor) -> Tensor:
@@ -83,6 +87,27 @@ class KWSModule(L.LightningModule):
             return augment_pixels(x, self.noise, self.aug, g)
         cfg = self.net.cfg
         return augment(x, self.noise, self.aug, cfg.frontend_stride, cfg.sample_rate, g)
+
+    def stream_step(self, batch) -> Tensor:
+        """Sequences with a target per frame (training/streams.py). Each row's state carries on
+        into the same row of the next batch (detached; a row restarts from silence with
+        probability STREAM_RESTART), so the network learns from states carried for minutes."""
+        pixels, targets = batch                                 # (B, T, F), (B, T)
+        B = len(targets)
+        carry = self._carry
+        if carry is None or carry.shape[0] != B:
+            carry = pixels.new_zeros(B, self.net.state_size)
+        keep = torch.rand(B, 1, device=pixels.device) >= STREAM_RESTART
+        logits, state = self.net.frame_logits(pixels, carry * keep)
+        self._carry = state.detach()
+        C = logits.shape[-1]
+        loss = F.cross_entropy(logits.reshape(-1, C), targets.reshape(-1), ignore_index=IGNORE,
+                               label_smoothing=self.optim.label_smoothing)
+        scored = targets.reshape(-1) != IGNORE
+        self.acc["train_"](logits.reshape(-1, C)[scored], targets.reshape(-1)[scored])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=B)
+        self.log("train/acc", self.acc["train_"], on_step=False, on_epoch=True, prog_bar=True)
+        return loss
 
     def model_step(self, batch, stage: str) -> Tensor:
         audio, labels = batch                                   # (B, S), (B,)
@@ -100,7 +125,7 @@ class KWSModule(L.LightningModule):
         return loss
 
     def training_step(self, batch, batch_idx):
-        loss = self.model_step(batch, "train")
+        loss = self.stream_step(batch) if batch[1].ndim == 2 else self.model_step(batch, "train")
         for i, group in enumerate(self.optimizers().param_groups):
             self.log(f"lr/group{i}", group["lr"], on_step=False, on_epoch=True, batch_size=1)
         return loss

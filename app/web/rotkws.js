@@ -21,9 +21,9 @@ export const NOT_KEYWORDS = ['_silence_', '_unknown_', '_other_'];  // labels th
 export const REQUIRED_METADATA = ['labels', 'sample_rate', 'input_multiple', 'max_samples',
   'streaming', 'state_size'];
 // app/detection.py's defaults; a model's `detection` metadata overrides them, options override both.
-export const DETECTION_DEFAULTS = Object.freeze({ threshold: 0.5, smoothing: 3, minHops: 2, refractoryS: 1.0 });
+export const DETECTION_DEFAULTS = Object.freeze({ threshold: 0.5, smoothing: 3, minHops: 2, refractoryS: 1.0, flushS: 1.0 });
 const METADATA_DETECTION_KEYS = { threshold: 'threshold', smoothing: 'smoothing', min_hops: 'minHops',
-  refractory_s: 'refractoryS' };                        // the metadata's names → this module's
+  refractory_s: 'refractoryS', flush_s: 'flushS' };     // the metadata's names → this module's
 const FLOAT_PEAK_LIMIT = 4.0;   // float audio is [−1, 1]; far beyond, it is integer PCM stored as floats
 const INT_FULL_SCALE = { Int16Array: 2 ** 15, Int32Array: 2 ** 31 };   // → [−1, 1)
 
@@ -251,21 +251,41 @@ function roundHalfEven(x) {
 
 // ─── detection: app/detection.py, row by row ───
 
-export function checkSettings({ threshold, smoothing, minHops, refractoryS }) {
-  if (!(threshold > 0 && threshold <= 1)) throw new RangeError(`expected a threshold in (0, 1], got ${threshold}`);
+/** A threshold (one number, or {keyword: number} naming every keyword) → one number per keyword. */
+export function checkThreshold(threshold, keywords) {
+  let values = keywords.map(() => threshold);
+  if (threshold !== null && typeof threshold === 'object') {
+    const names = Object.keys(threshold);
+    if (names.length !== keywords.length || keywords.some((k) => !(k in threshold))) {
+      throw new RangeError(`expected a threshold for each keyword ${JSON.stringify(keywords)}, got ${JSON.stringify(threshold)}`);
+    }
+    values = keywords.map((k) => threshold[k]);
+  }
+  values.forEach((v, i) => {
+    if (typeof v !== 'number' || !(v > 0 && v <= 1)) {
+      const of = typeof threshold === 'object' && threshold !== null ? ` for '${keywords[i]}'` : '';
+      throw new RangeError(`expected a threshold in (0, 1], got ${v}${of}`);
+    }
+  });
+  return values;
+}
+
+export function checkSettings({ smoothing, minHops, refractoryS, flushS = 0 }) {
   for (const [name, value] of [['smoothing', smoothing], ['minHops', minHops]]) {
     if (!Number.isInteger(value) || value < 1) {
       throw new RangeError(`expected ${name} as a whole number of hops ≥ 1, got ${value}`);
     }
   }
   if (!(refractoryS >= 0)) throw new RangeError(`expected refractoryS ≥ 0 seconds, got ${refractoryS}`);
+  if (!(flushS >= 0)) throw new RangeError(`expected flushS ≥ 0 seconds, got ${flushS}`);
 }
 
 /**
  * Score rows → detections, state carried between calls. Every hop (one row of probabilities):
  *
  * 1. smooth: the mean of the last `smoothing` rows (fewer at the start of a stream);
- * 2. the best keyword of the smoothed row is a candidate when its score ≥ `threshold`;
+ * 2. the best keyword of the smoothed row is a candidate when its score ≥ its `threshold` (one
+ *    number for every keyword, or {keyword: number}: a model's calibrated operating point);
  * 3. a run of `minHops` consecutive hops with the same candidate fires one detection, at the hop
  *    that completes the run, with that hop's smoothed score; a longer run fires nothing more;
  * 4. refractory: no detection of any keyword within `refractoryS` seconds after one.
@@ -280,19 +300,20 @@ export class Detector {
     }
     this.keywords = [...keywords];
     this._columns = this.keywords.map((k) => this.labels.indexOf(k));
-    this._threshold = s.threshold;
+    this.threshold = s.threshold;
     this.smoothing = s.smoothing;
     this.minHops = s.minHops;
     this.refractoryS = s.refractoryS;
     this.reset();
   }
 
-  get threshold() { return this._threshold; }
-
-  set threshold(value) {
-    checkSettings({ threshold: value, smoothing: this.smoothing, minHops: this.minHops, refractoryS: this.refractoryS });
-    this._threshold = value;
+  /** One number when every keyword has the same threshold, else {keyword: threshold}. */
+  get threshold() {
+    const t = this._thresholds;
+    return t.every((v) => v === t[0]) ? t[0] : Object.fromEntries(this.keywords.map((k, i) => [k, t[i]]));
   }
+
+  set threshold(value) { this._thresholds = checkThreshold(value, this.keywords); }
 
   get settings() {
     return { threshold: this.threshold, smoothing: this.smoothing, minHops: this.minHops, refractoryS: this.refractoryS };
@@ -331,7 +352,7 @@ export class Detector {
   _step(t, row) {
     let best = 0;
     for (let k = 1; k < row.length; k++) if (row[k] > row[best]) best = k;
-    if (row[best] < this._threshold) {
+    if (row[best] < this._thresholds[best]) {
       this._candidate = -1;
       this._run = 0;
       return null;
@@ -382,7 +403,7 @@ function concat(a, b) {
 /**
  * One stream's spotter: model state, hop buffer and detector (app/spotter.py's KeywordSpotter).
  *
- * options: threshold, smoothing, minHops, refractoryS; those left out come from the model's
+ * options: threshold, smoothing, minHops, refractoryS, flushS; those left out come from the model's
  * `detection` metadata, else DETECTION_DEFAULTS. `process` and `flush` return promises of
  * {times: Float64Array (s since reset, end of each hop), scores: [Float32Array(classes)],
  * detections: [{keyword, timeS, score}]}; calls run one after another in the order made.
@@ -396,7 +417,10 @@ export class KeywordSpotter {
       if (model.detection?.[key] !== undefined) fromModel[name] = model.detection[key];
     }
     const given = Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DETECTION_DEFAULTS && v !== undefined));
-    this.detector = new Detector(model.labels, model.keywords, { ...DETECTION_DEFAULTS, ...fromModel, ...given });
+    const { flushS, ...rule } = { ...DETECTION_DEFAULTS, ...fromModel, ...given };
+    checkSettings({ ...rule, flushS });
+    this.flushS = flushS;
+    this.detector = new Detector(model.labels, model.keywords, rule);
     this._queue = Promise.resolve();
     this._reset();
   }
@@ -425,16 +449,27 @@ export class KeywordSpotter {
   }
 
   /** End of the stream: score what the hop buffer still holds, padded with zeros to the input
-   * multiple (one last, shorter hop). Then reset() to start anew. */
+   * multiple (one last, shorter hop); then `flushS` of silence, whose rows are not returned but
+   * whose detections are, at the time the input ended (a keyword said at the very end is still
+   * heard). Then reset() to start anew. */
   flush() {
     return this._enqueue(async () => {
+      let result = emptyResult();
       const rest = this._pending.length;
-      if (rest === 0) return emptyResult();
-      const m = this.model.inputMultiple;
-      const padded = new Float32Array(Math.ceil(rest / m) * m);
-      padded.set(this._pending);
-      this._pending = new Float32Array(0);
-      return this._scoreHops(padded, padded.length, rest);
+      if (rest > 0) {
+        const m = this.model.inputMultiple;
+        const padded = new Float32Array(Math.ceil(rest / m) * m);
+        padded.set(this._pending);
+        this._pending = new Float32Array(0);
+        result = await this._scoreHops(padded, padded.length, rest);
+      }
+      const endS = this._samplesDone / this.model.sampleRate;
+      const hop = this.model.hopSamples;
+      const hops = Math.round(this.flushS / this.hopS);
+      const tail = await this._scoreHops(new Float32Array(hops * hop), hop, hop);
+      this._samplesDone -= hops * hop;                         // the silence was not input
+      const heard = tail.detections.map((d) => ({ ...d, timeS: endS }));
+      return { ...result, detections: [...result.detections, ...heard] };
     });
   }
 

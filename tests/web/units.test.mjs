@@ -154,6 +154,22 @@ test('audio that cannot be taken is refused, and the stream goes on', async () =
   assert.deepEqual([...toMonoFloat32(Int16Array.from([-32768, 16384]))], [-1, 0.5]);
 });
 
+test('one threshold per keyword: each keyword fires at its own', () => {
+  const scores = [...Array(3).fill(row(0.6, 0.1)), ...Array(3).fill(row(0, 0)), ...Array(3).fill(row(0.1, 0.6))];
+  const settings = { smoothing: 1, minHops: 2, refractoryS: 0 };
+  const brief = (ds) => ds.map((x) => [x.keyword, Math.round(x.timeS * 10) / 10]);
+  const d = new Detector(LABELS, ['yes', 'no'], { ...settings, threshold: { yes: 0.7, no: 0.5 } });
+  assert.deepEqual(brief(d.update(hops(9), scores)), [['no', 0.8]]);          // yes stays under 0.7
+  const e = new Detector(LABELS, ['yes', 'no'], { ...settings, threshold: { yes: 0.55, no: 0.65 } });
+  assert.deepEqual(brief(e.update(hops(9), scores)), [['yes', 0.2]]);
+  assert.deepEqual(d.threshold, { yes: 0.7, no: 0.5 });
+  d.threshold = 0.6;                                                          // one number sets every keyword
+  assert.equal(d.threshold, 0.6);
+  const make = (threshold) => () => new Detector(LABELS, ['yes', 'no'], { ...settings, threshold });
+  assert.throws(make({ yes: 0.5 }), /a threshold for each keyword \["yes","no"\]/);
+  assert.throws(make({ yes: 0.5, no: 1.5 }), /threshold in \(0, 1\], got 1.5 for 'no'/);
+});
+
 // ─── the resampler ───
 
 const sine = (n, rate, hz, phase = 0) => Float32Array.from({ length: n }, (_, i) => Math.sin(2 * Math.PI * hz * i / rate + phase));

@@ -1,0 +1,158 @@
+"""`rotkws calibrate MODEL.onnx [--fa-per-hour 1] [--hours 4] [--data DIR] [-o OUT.onnx]`.
+
+Chooses the detection rule's operating point of a rotkws model, one threshold per keyword, on
+validation streams (speakers of the validation split only: benchmarks/stream.py builds them from
+`speech_commands_v0.02_test_dev` and the validation-split `alexa` recordings, over noise), and
+stores it in the model's metadata (`detection`), which `rotkws detect`, the demo and the
+JavaScript runtime then use by default. The file is rewritten once (or written to -o).
+
+How: the spotter runs over the streams once; for each keyword alone, a threshold sweep gives
+its misses and false accepts; the thresholds minimise misses + λ · false accepts per keyword,
+with the smallest λ whose total stays within --fa-per-hour (ties go to the higher threshold).
+The chosen set is then scored with the full detection rule (all keywords at once), and that
+measurement is stored beside it (`calibration`).
+"""
+import argparse
+import datetime
+import functools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS
+from app.spotter import KeywordModel, KeywordSpotter, ModelError, detection_settings
+from benchmarks import stream
+from corpus.clips import read_audio
+
+from .onnx import set_metadata
+
+SPLIT = "validation"          # calibration never sees testing-split speakers
+HOURS = 4.0                   # validation stream length
+FA_PER_HOUR = 1.0             # the false-accept budget the operating point is chosen for
+SEED = 1000                   # validation streams' seeds (the bench's test streams start at 0)
+THRESHOLDS = np.round(np.arange(0.30, 0.9995, 0.005), 3)   # the sweep of each keyword
+LAMBDAS = np.concatenate([[0.0], np.geomspace(1e-3, 1e4, 400)])   # misses traded per false accept
+
+
+def score_tracks(model: KeywordModel, data: Path, split: str, hours: float, seed: int):
+    """[(times, scores, events)] of the spotter over `hours` of `split` streams, one per segment."""
+    tracks, remaining, segment = [], hours * 60, 0
+    read = functools.cache(read_audio)
+    while remaining > 1e-9:
+        minutes = min(stream.SEGMENT_MINUTES, remaining)
+        rng = np.random.default_rng(seed + segment)
+        clips = stream.held_out_clips(data, model.labels, split, rng, read)
+        audio, events = stream.build_stream(clips, minutes, data, rng, read=read)
+        times, scores = stream.score_track(model, audio)
+        tracks.append((times, scores, events, len(audio) / model.sample_rate))
+        remaining -= minutes
+        segment += 1
+    return tracks
+
+
+def keyword_counts(model: KeywordModel, tracks, thresholds=THRESHOLDS) -> dict[str, np.ndarray]:
+    """{keyword: (len(thresholds), 3) counts of (its events, its misses, its false accepts)} with
+    that keyword alone able to fire."""
+    out = {k: np.zeros((len(thresholds), 3), np.int64) for k in model.keywords}
+    for times, scores, events, _ in tracks:
+        for k in model.keywords:
+            sweep = stream.sweep_detections(times, scores, model.labels, [k], thresholds)
+            for i, th in enumerate(thresholds):
+                out[k][i] += stream.score(sweep[float(th)], events, [k])
+    return out
+
+
+def choose(counts: dict[str, np.ndarray], hours: float, fa_per_hour: float,
+           thresholds=THRESHOLDS) -> dict[str, float]:
+    """Per keyword, the threshold minimising misses + λ·false accepts, at the smallest λ whose
+    summed false accepts fit the budget (the highest thresholds when none does)."""
+    budget = fa_per_hour * hours
+    for lam in LAMBDAS:
+        picks = {}
+        for k, c in counts.items():
+            cost = c[:, 1] + lam * c[:, 2]
+            best = np.flatnonzero(cost == cost.min())
+            picks[k] = int(best.max())                           # ties: the higher threshold
+        if sum(counts[k][i, 2] for k, i in picks.items()) <= budget:
+            return {k: float(thresholds[i]) for k, i in picks.items()}
+    return {k: float(thresholds[-1]) for k in counts}
+
+
+def measure(model: KeywordModel, tracks, settings: dict) -> dict:
+    """Misses and false accepts per hour of the whole rule (every keyword at its threshold)."""
+    n = misses = false = 0
+    seconds = 0.0
+    for times, scores, events, length in tracks:
+        spotter = KeywordSpotter(model, **settings)
+        dets = spotter.detector.update(times, scores)
+        t, m, f = stream.score(dets, events, model.keywords)
+        n, misses, false, seconds = n + t, misses + m, false + f, seconds + length
+    return {"keyword_events": n, "misses": misses, "miss_rate": misses / max(1, n),
+            "false_accepts": false, "fa_per_hour": false / (seconds / 3600), "hours": seconds / 3600}
+
+
+def calibrate(model: KeywordModel, data: Path, *, hours: float = HOURS, fa_per_hour: float = FA_PER_HOUR,
+              seed: int = SEED, split: str = SPLIT) -> dict:
+    """{"detection": the settings to store, "calibration": how they were chosen and measured}."""
+    tracks = score_tracks(model, data, split, hours, seed)
+    run_hours = sum(t[3] for t in tracks) / 3600
+    thresholds = choose(keyword_counts(model, tracks), run_hours, fa_per_hour)
+    settings = detection_settings(model, {}) | {"threshold": thresholds, "smoothing": SMOOTHING_HOPS,
+                                               "min_hops": MIN_HOPS, "refractory_s": REFRACTORY_S}
+    flush_s = settings.pop("flush_s")
+    measured = measure(model, tracks, settings)
+    return {"detection": settings | {"flush_s": flush_s},
+            "calibration": {"split": split, "hours": round(run_hours, 3), "seeds": [seed, seed + len(tracks) - 1],
+                            "fa_per_hour_target": fa_per_hour, "measured": measured,
+                            "date": datetime.date.today().isoformat()}}
+
+
+def write(model_path: Path, out: Path, result: dict) -> None:
+    proto = onnx.load(str(model_path))
+    set_metadata(proto, {k: json.dumps(v) for k, v in result.items()})
+    onnx.save(proto, str(out))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rotkws calibrate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a rotkws ONNX file (streaming)")
+    p.add_argument("-o", "--output", help="write the calibrated model here (default: rewrite MODEL)")
+    p.add_argument("--data", help="the data root holding the stream sources (default: $ROTKWS_DATA, "
+                                  "else ../shared/data)")
+    p.add_argument("--hours", type=float, default=HOURS, help=f"validation stream length (default {HOURS:g})")
+    p.add_argument("--fa-per-hour", type=float, default=FA_PER_HOUR,
+                   help=f"false accepts per hour to allow (default {FA_PER_HOUR:g})")
+    p.add_argument("--seed", type=int, default=SEED, help=f"first stream seed (default {SEED})")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    if not args.hours > 0 or not args.fa_per_hour > 0:
+        print("rotkws calibrate: --hours and --fa-per-hour must be > 0", file=sys.stderr)
+        return 2
+    from training.paths import default_data_root
+    data = Path(args.data) if args.data else default_data_root()
+    try:
+        model = KeywordModel(args.model)
+        if not model.streaming:
+            raise ModelError(f"{args.model}: a clip model; calibration needs a streaming one")
+        result = calibrate(model, data, hours=args.hours, fa_per_hour=args.fa_per_hour, seed=args.seed)
+    except (ValueError, OSError) as e:                 # ModelError, ClipError, unreadable data
+        print(f"rotkws calibrate: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.output or args.model)
+    write(Path(args.model), out, result)
+    m = result["calibration"]["measured"]
+    print(json.dumps({"model": str(out), "threshold": result["detection"]["threshold"],
+                      "validation": {"miss_rate": round(m["miss_rate"], 4), "fa_per_hour": round(m["fa_per_hour"], 3),
+                                     "hours": round(m["hours"], 2), "keyword_events": m["keyword_events"]}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

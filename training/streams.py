@@ -1,0 +1,152 @@
+"""Stream training: seconds-long sequences in the feature domain, with a target for every frame.
+
+A clip classifier run on an endless stream hears what it never saw in training: words before
+and after, long non-keyword speech, a state carried for minutes. Here each example is a
+sequence of `frames` log-mel pixel frames (100 per second) built from the training split:
+
+    gap · clip · gap · clip · …     over one noise bed mixed in as power, at a random SNR
+
+where a clip is a keyword, another word (`_unknown_`), a wake-word recording of another phrase
+(`_unknown_`: the `alexa` recordings; never `snowboy`, which evaluates `rotkws enroll`) or a
+noise slice (`_silence_`). The targets ask for the keyword only once it has been said:
+
+    keyword clip:   its speech → no target · KEYWORD_FRAMES after its end → the keyword ·
+                    SETTLE_FRAMES → no target (the pooled state lets go)
+    other speech:   from its start to UNKNOWN_TAIL_FRAMES after its end → `_unknown_`
+    everything else (gaps, noise slices, silence inside clips) → `_silence_`
+
+The first SETTLE_FRAMES of a sequence have no target either: training carries each row's
+state from one batch to the next (training/module.py), so they may follow a keyword.
+
+Hard negatives: `other_weights` scores every `_unknown_` clip with the model being fine-tuned
+and draws the ones it mistakes for a keyword more often (weight 1 + HARD_NEGATIVE_GAIN × its
+best keyword probability).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.logmel import FRAME_RATE, PIXEL_MAX, PIXEL_SLOPE, pixels_from_power, power_from_pixels
+
+IGNORE = -100                  # frames without a target (cross_entropy's ignore_index)
+KEYWORD_FRAMES = 50            # the keyword's target: 0.5 s from the end of its speech
+SETTLE_FRAMES = 50             # then 0.5 s without a target; also a sequence's first frames
+UNKNOWN_TAIL_FRAMES = 30       # other speech stays `_unknown_` this long after its end
+GAP_SECONDS = (0.05, 1.2)      # silence between clips, uniform
+SEGMENT_SHARES = {"keyword": 0.4, "other": 0.3, "wake": 0.1, "noise": 0.2}   # what each clip is
+SNR_DB = (0.0, 25.0)           # speech-to-noise ratio of a sequence's noise bed, uniform
+CLIP_GAIN_DB = 10.0            # each clip's level, uniform in ±this
+HARD_NEGATIVE_GAIN = 4.0       # weight of an `_unknown_` clip: 1 + this × its best keyword probability
+SPEECH_FLOOR = 0.4             # speech frames: band mean above lo + this × (peak − lo) …
+SPEECH_RANGE = 40.0            # … and within this many pixels of the peak frame (≈ 18 dB)
+VIRTUAL_EXAMPLES = 10_000_000  # indices a sampler draws from: every draw a fresh sequence
+
+
+def speech_span(pixels: np.ndarray) -> tuple[int, int]:
+    """(first, last + 1) frame of the speech in a clip's (T, F) pixels, from the band means: the
+    frames well above the clip's floor and near its loudest frame."""
+    energy = pixels.astype(np.float32).mean(1)
+    lo, hi = np.percentile(energy, 10), energy.max()
+    loud = np.flatnonzero(energy >= max(lo + SPEECH_FLOOR * (hi - lo), hi - SPEECH_RANGE))
+    return int(loud[0]), int(loud[-1]) + 1
+
+
+@dataclass
+class StreamPool:
+    """What sequences are made of: pixels (N, T, F) of 1 s clips with label indices, variable
+    length wake-word recordings ((T_i, F) each) and a long run of noise frames (M, F)."""
+
+    keywords: np.ndarray            # (K, T, F) uint8, keyword clips
+    keyword_labels: np.ndarray      # (K,) label index
+    others: np.ndarray              # (U, T, F) uint8, `_unknown_` words
+    noise_clips: np.ndarray         # (S, T, F) uint8, `_silence_` slices
+    wake: list                      # [(T_i, F) uint8], other phrases (`_unknown_`)
+    noise: np.ndarray               # (M, F) uint8, noise frames for the bed
+    unknown: int                    # label index of `_unknown_`
+    silence: int                    # label index of `_silence_`
+    other_weights: np.ndarray | None = None   # (U,) draw weights of `others` (hard negatives)
+
+
+def gain(pixels: np.ndarray, db: float) -> np.ndarray:
+    """Scale the audio by `db` decibels: an offset of the pixels above 0 (augment.gain_pixels)."""
+    offset = PIXEL_SLOPE * np.log(10) / 10 * db
+    return np.where(pixels > 0, np.clip(pixels + offset, 0, PIXEL_MAX), pixels)
+
+
+def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One training sequence: (pixels (frames, F) float32, targets (frames,) int64)."""
+    F = pool.noise.shape[1]
+    pixels = np.zeros((frames, F), np.float32)
+    targets = np.full(frames, pool.silence, np.int64)
+    speech = np.zeros(frames, bool)
+    kinds, shares = zip(*SEGMENT_SHARES.items())
+    t = int(rng.uniform(*GAP_SECONDS) * FRAME_RATE)
+    while t < frames:
+        kind = kinds[rng.choice(len(kinds), p=np.array(shares) / sum(shares))]
+        clip, label = _draw(pool, kind, rng)
+        n = min(len(clip), frames - t)
+        pixels[t:t + n] = gain(clip[:n].astype(np.float32), rng.uniform(-CLIP_GAIN_DB, CLIP_GAIN_DB))
+        start, end = speech_span(clip) if kind != "noise" else (0, 0)
+        if kind == "keyword":
+            targets[t:t + end] = IGNORE
+            targets[t + end:t + end + KEYWORD_FRAMES] = label
+            targets[t + end + KEYWORD_FRAMES:t + end + KEYWORD_FRAMES + SETTLE_FRAMES] = IGNORE
+            after = end + KEYWORD_FRAMES + SETTLE_FRAMES          # the next clip starts after this
+        elif kind in ("other", "wake"):
+            targets[t + start:t + end + UNKNOWN_TAIL_FRAMES] = pool.unknown
+            after = end + UNKNOWN_TAIL_FRAMES
+        else:
+            after = len(clip)
+        if kind != "noise":
+            speech[t + start:t + end] = True
+        t += max(len(clip), after) + int(rng.uniform(*GAP_SECONDS) * FRAME_RATE)
+    targets[:SETTLE_FRAMES] = IGNORE
+    # one noise bed under the whole sequence, at an SNR against the speech frames' mean power
+    start = int(rng.integers(0, len(pool.noise) - frames))
+    bed = power_from_pixels(torch.from_numpy(pool.noise[start:start + frames].astype(np.float32)))
+    power = power_from_pixels(torch.from_numpy(pixels))
+    speech_power = power[torch.from_numpy(speech)].mean() if speech.any() else power.mean()
+    power = power + bed * (speech_power / bed.mean() / 10 ** (rng.uniform(*SNR_DB) / 10))
+    return pixels_from_power(power).clamp(min=0).numpy(), targets
+
+
+def _draw(pool: StreamPool, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    if kind == "keyword":
+        i = int(rng.integers(len(pool.keywords)))
+        return pool.keywords[i], int(pool.keyword_labels[i])
+    if kind == "other":
+        p = None if pool.other_weights is None else pool.other_weights / pool.other_weights.sum()
+        return pool.others[int(rng.choice(len(pool.others), p=p))], pool.unknown
+    if kind == "wake" and pool.wake:
+        return pool.wake[int(rng.integers(len(pool.wake)))], pool.unknown
+    return pool.noise_clips[int(rng.integers(len(pool.noise_clips)))], pool.silence
+
+
+class StreamDataset(torch.utils.data.Dataset):
+    """Index i → a fresh sequence seeded by (seed, i): `(pixels (frames, F), targets (frames,))`.
+    Drawn with a RandomSampler over VIRTUAL_EXAMPLES indices, every epoch sees new sequences."""
+
+    def __init__(self, pool: StreamPool, frames: int, seed: int = 0):
+        self.pool, self.frames, self.seed = pool, frames, seed
+
+    def __len__(self) -> int:
+        return VIRTUAL_EXAMPLES
+
+    def __getitem__(self, i: int):
+        pixels, targets = build_sequence(self.pool, self.frames, np.random.default_rng([self.seed, i]))
+        return torch.from_numpy(pixels), torch.from_numpy(targets)
+
+
+@torch.no_grad()
+def other_weights(net, others: np.ndarray, keyword_columns: list[int], batch: int = 512) -> np.ndarray:
+    """Hard negatives: 1 + HARD_NEGATIVE_GAIN × the best keyword probability `net` gives each
+    `_unknown_` clip (read from silence, scored at its end)."""
+    was = net.training
+    net.eval()
+    best = []
+    for s in range(0, len(others), batch):
+        logits, _ = net.forward_features(torch.from_numpy(others[s:s + batch].astype(np.float32)))
+        best.append(logits.softmax(-1)[:, keyword_columns].max(-1).values.numpy())
+    net.train(was)
+    return 1 + HARD_NEGATIVE_GAIN * np.concatenate(best)
