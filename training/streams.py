@@ -74,8 +74,20 @@ def gain(pixels: np.ndarray, db: float) -> np.ndarray:
     return np.where(pixels > 0, np.clip(pixels + offset, 0, PIXEL_MAX), pixels)
 
 
-def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One training sequence: (pixels (frames, F) float32, targets (frames,) int64)."""
+@dataclass(frozen=True)
+class Placed:
+    """Where a clip went in a sequence (frames): its kind, label index, start, and its speech."""
+    kind: str
+    label: int
+    start: int
+    speech_start: int
+    speech_end: int
+
+
+def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
+                   placed: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One training sequence: (pixels (frames, F) float32, targets (frames,) int64); `placed`,
+    when given, receives a Placed per clip."""
     F = pool.noise.shape[1]
     pixels = np.zeros((frames, F), np.float32)
     targets = np.full(frames, pool.silence, np.int64)
@@ -100,6 +112,8 @@ def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator) -> t
             after = len(clip)
         if kind != "noise":
             speech[t + start:t + end] = True
+        if placed is not None:
+            placed.append(Placed(kind, label, t, t + start, t + end))
         t += max(len(clip), after) + int(rng.uniform(*GAP_SECONDS) * FRAME_RATE)
     targets[:SETTLE_FRAMES] = IGNORE
     # one noise bed under the whole sequence, at an SNR against the speech frames' mean power

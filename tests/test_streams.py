@@ -1,0 +1,130 @@
+"""Stream training (training/streams.py, the network's frame_logits) and the calibration of the
+detection rule (export/calibrate.py)."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from model.network import RotRNNClassifier, RotRNNConfig
+from training.streams import (IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES, StreamPool,
+                              build_sequence, speech_span)
+
+from test_training import TINY, as_argv, clip_root, tiny_overrides  # noqa: F401  (a fixture)
+
+F = 40
+
+
+def test_frame_logits_are_the_clip_logits_of_every_prefix():
+    torch.manual_seed(0)
+    cfg = RotRNNConfig(labels=("a", "b", "c"), frontend="logmel", d_model=32, state=32, heads=4, layers=2, chunk=16)
+    net = RotRNNClassifier(cfg).eval()
+    pixels = torch.rand(2, 300, F) * 255
+    state = torch.randn(2, net.state_size) * 0.1
+    frames, last = net.frame_logits(pixels, state)
+    for t in (0, 5, 127, 128, 200, 299):                  # across the pooling's 128-frame blocks
+        logits, after = net.forward_features(pixels[:, :t + 1], state)
+        assert torch.allclose(frames[:, t], logits, atol=1e-5), t
+    assert torch.allclose(last, after, atol=1e-5)
+
+
+def clip(loud: tuple[int, int], level: float = 150.0, floor: float = 20.0, frames: int = 98) -> np.ndarray:
+    x = np.full((frames, F), floor, np.float32)
+    x[loud[0]:loud[1]] = level
+    return x.astype(np.uint8)
+
+
+def test_speech_span_finds_the_loud_frames():
+    assert speech_span(clip((30, 61))) == (30, 61)
+    assert speech_span(clip((0, 98))) == (0, 98)
+
+
+def pool() -> StreamPool:
+    keywords = np.stack([clip((30, 60)), clip((40, 80))])                 # labels 0 and 1
+    others = np.stack([clip((20, 50))])
+    noise = np.full((5000, F), 10, np.uint8)
+    return StreamPool(keywords, np.array([0, 1]), others, np.stack([clip((0, 0), floor=10)]),
+                      [clip((10, 150), frames=200)], noise, unknown=2, silence=3)
+
+
+def test_a_keyword_is_asked_for_only_after_it_is_said():
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(60):
+        placed = []
+        pixels, targets = build_sequence(pool(), 600, rng, placed)
+        assert pixels.shape == (600, F) and np.isfinite(pixels).all() and pixels.min() >= 0 and pixels.max() <= 255
+        assert (targets[:SETTLE_FRAMES] == IGNORE).all()
+        keyword_frames = np.isin(targets, [0, 1])
+        expected = np.zeros(600, bool)
+        for p in placed:
+            seen.add(p.kind)
+            if p.kind == "keyword":
+                assert (targets[max(p.start, SETTLE_FRAMES):p.speech_end] == IGNORE).all()   # while it is said
+                window = slice(max(p.speech_end, SETTLE_FRAMES), p.speech_end + KEYWORD_FRAMES)
+                assert (targets[window] == p.label).all()
+                expected[window] = True
+            elif p.kind in ("other", "wake"):
+                assert (targets[max(p.speech_start, SETTLE_FRAMES):min(600, p.speech_end + UNKNOWN_TAIL_FRAMES)] == 2).all()
+            else:
+                assert (targets[max(p.start, SETTLE_FRAMES):p.start + 98] == 3).all()
+        assert np.array_equal(keyword_frames, expected)                    # nowhere else
+    assert seen == {"keyword", "other", "wake", "noise"}
+
+
+def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  # noqa: F811
+    from training.cli import main
+    common = {"model.frontend": "logmel", "model.frontend_stride": "1", "model.frontend_kernel": "1",
+              "trainer.max_steps": "2"}
+    first = tiny_overrides(tmp_path / "clips", clip_root) | common
+    assert main(as_argv(TINY, first)) == 0
+    start = tmp_path / "clips" / "checkpoints" / "last.ckpt"
+    streams = tiny_overrides(tmp_path / "streams", clip_root) | common | {
+        "data.stream_seconds": "1.5", "data.stream_examples": "8", "data.batch_size": "4",
+        "trainer.init_from": str(start)}
+    assert main(as_argv(TINY, streams)) == 0
+    ckpt = torch.load(tmp_path / "streams" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 2 and np.isfinite(ckpt["rotkws"]["metrics"]["train/loss"])
+    wider = streams | {"model.d_model": "24", "trainer.run_dir": str(tmp_path / "wider")}
+    capsys.readouterr()
+    assert main(as_argv(TINY, wider)) == 2
+    err = capsys.readouterr().err
+    assert "trainer.init_from" in err and "another network" in err
+
+
+# -- calibration ----------------------------------------------------------------------------------
+def test_choose_spends_the_false_accept_budget_where_it_buys_the_most_hits():
+    from export.calibrate import choose
+    thresholds = np.array([0.5, 0.7, 0.9])
+    counts = {  # rows: thresholds; columns: events, misses, false accepts
+        "yes": np.array([[10, 1, 4], [10, 2, 1], [10, 6, 0]]),
+        "no": np.array([[10, 0, 1], [10, 0, 1], [10, 5, 0]]),
+    }
+    assert choose(counts, hours=2.0, fa_per_hour=1.0, thresholds=thresholds) == {"yes": 0.7, "no": 0.7}
+    # one false accept: "no" at 0.7 (no misses) beats "yes" at 0.7 (4 hits more than at 0.9, not 5)
+    assert choose(counts, hours=1.0, fa_per_hour=1.0, thresholds=thresholds) == {"yes": 0.9, "no": 0.7}
+    assert choose(counts, hours=0.1, fa_per_hour=1.0, thresholds=thresholds) == {"yes": 0.9, "no": 0.9}
+
+
+def test_calibrate_stores_an_operating_point_the_runtime_uses(tmp_path, shared_data):
+    from export.calibrate import main
+    out = tmp_path / "calibrated.onnx"
+    assert main([str(DEFAULT_MODEL), "-o", str(out), "--hours", "0.05", "--data", str(shared_data)]) == 0
+    meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    detection, calibration = json.loads(meta["detection"]), json.loads(meta["calibration"])
+    model = KeywordModel(out)
+    assert set(detection["threshold"]) == set(model.keywords)
+    assert calibration["split"] == "validation" and calibration["measured"]["keyword_events"] > 0
+    spotter = KeywordSpotter(model)
+    assert spotter.threshold in (detection["threshold"], set(detection["threshold"].values()).pop())
+    assert spotter.flush_s == detection["flush_s"]
+
+
+def test_calibrate_refuses_what_it_cannot_use(tmp_path, capsys):
+    from export.calibrate import main
+    assert main([str(tmp_path / "missing.onnx")]) == 2
+    assert "no model at" in capsys.readouterr().err
+    assert main([str(DEFAULT_MODEL), "--hours", "0"]) == 2
+    assert "must be > 0" in capsys.readouterr().err
