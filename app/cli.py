@@ -16,6 +16,8 @@ COMMANDS = {
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
     "enroll": ("training.enroll", "a keyword from text: synthesise it, train, write a streaming ONNX file "
                                   "(needs the train extra and espeak-ng)"),
+    "calibrate": ("export.calibrate", "choose a model's per-keyword thresholds on validation streams, "
+                                      "stored in its metadata (needs the train extra)"),
     "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
     "demo": ("app.demo", "the Gradio microphone demo"),
     "bench": ("benchmarks.bench", "accuracy, streaming DET, cost, peer and ablations → bench/report.md "
