@@ -139,3 +139,15 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tmp_path, shared_data, ca
     result = KeywordSpotter(model).process(np.pad(said, (8000, 8000)), 16_000)
     assert result.scores.shape[1] == 2 and np.isfinite(result.scores).all()
     assert all(d.keyword == "hey computer" for d in result.detections)
+
+
+def test_the_threshold_is_set_by_real_negatives_not_by_synthetic_ones():
+    kind = np.array([enroll.PHRASE] * 4 + [enroll.SYNTHETIC] * 4 + [enroll.REAL] * 600)
+    scores = np.full((len(kind), 20), 0.1)
+    scores[kind == enroll.PHRASE, 5:9] = 0.97
+    scores[kind == enroll.SYNTHETIC, 5:9] = 0.99                # hard pieces of the phrase
+    scores[-1, 3:5] = 0.8                                       # the loudest real negative
+    got = enroll.choose_threshold(scores, kind)
+    assert got["threshold"] == 0.805
+    assert got["validation_positives_detected"] == 1.0 and got["validation_real_negatives_firing"] == 0.0
+    assert got["validation_synthetic_negatives_firing"] == 1.0
