@@ -1,6 +1,7 @@
 """training/tts.py and training/enroll.py: a phrase spoken by the TTS engines, the phrases they
 cannot say, the examples' frame labels, and a tiny `rotkws enroll` whose ONNX file the runtime
 loads and runs."""
+import json
 import os
 import shutil
 
@@ -9,7 +10,8 @@ import pytest
 
 from app.cli import COMMANDS
 from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
-from conftest import REPO, require
+from conftest import REPO, data_root, require
+from test_web import node, reference, run_node   # noqa: F401  (node: the fixture)
 from training import enroll, tts
 from training.tts import PhraseError
 
@@ -121,25 +123,44 @@ def test_synthesis_speaks_the_phrase_in_several_voices():
 
 
 # -- end to end -----------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tmp_path, shared_data, capsys):
+TINY_PHRASE = "hey computer"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> KeywordModel:
+    """`rotkws enroll "hey computer"` with a few dozen clips and three training steps."""
     require_espeak()
+    data = require(data_root())
     require(enroll.DEFAULT_CHECKPOINT)
-    out = tmp_path / "hey computer.onnx"
-    argv = ["hey computer", "-o", str(out), "--data", str(shared_data), "--positives", "24",
-            "--tts-negatives", "16", "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4",
-            "--max-steps", "3"]
-    assert enroll.main(argv) == 0, capsys.readouterr().err
-    model = KeywordModel(out)
-    assert model.labels == ("hey computer", OTHER) and model.keywords == ("hey computer",)
+    out = tmp_path_factory.mktemp("enroll") / "hey computer.onnx"
+    argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
+            "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--max-steps", "3"]
+    assert enroll.main(argv) == 0
+    return KeywordModel(out)
+
+
+@pytest.mark.slow
+def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
+    model = tiny_model
+    assert model.labels == (TINY_PHRASE, OTHER) and model.keywords == (TINY_PHRASE,)
     assert model.streaming and 0.5 <= model.meta["detection"]["threshold"] <= 0.99
     scores = model.clip_scores(np.zeros(16_000, np.float32))
     assert scores.shape == (2,) and np.isclose(scores.sum(), 1, atol=1e-5)
-    said = tts.synthesize("hey computer", 1, np.random.default_rng(1)).clips[0]
+    said = tts.synthesize(TINY_PHRASE, 1, np.random.default_rng(1)).clips[0]
     result = KeywordSpotter(model).process(np.pad(said, (8000, 8000)), 16_000)
     assert result.scores.shape[1] == 2 and np.isfinite(result.scores).all()
-    assert all(d.keyword == "hey computer" for d in result.detections)
+    assert all(d.keyword == TINY_PHRASE for d in result.detections)
 
+
+@pytest.mark.slow
+def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model, node, tmp_path):
+    """app/web/rotkws.js in onnxruntime-node: the same keywords (not `_other_`), hops and scores."""
+    ref = reference(tiny_model, {}, tmp_path)
+    (tmp_path / "reference.json").write_text(json.dumps(ref))
+    run_node(node, "tests/web/spotter.test.mjs", env={"ROTKWS_WEB_REFERENCE": str(tmp_path / "reference.json")})
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["hops"] == sum(len(c["times"]) for c in ref["cases"] if "wav" not in c)
+    assert result["max_abs_diff"] <= ref["tolerance"]
 
 def test_the_threshold_is_set_by_real_negatives_not_by_synthetic_ones():
     kind = np.array([enroll.PHRASE] * 4 + [enroll.SYNTHETIC] * 4 + [enroll.REAL] * 600)

@@ -64,6 +64,7 @@ EXAMPLE_S = 3.0              # seconds of pixels per example
 POSITIVE_BEFORE_END_S = 0.05 # the phrase label starts this long before the phrase ends …
 POSITIVE_AFTER_END_S = 0.5   # … and lasts this long after (the model's pooling time constant)
 SNR_DB = (0.0, 25.0)         # background noise under each example
+NOISE_ONLY_DB = (-30.0, 6.0)  # noise-only examples: the recordings' level changed by this
 CLEAN_SHARE = 0.1            # examples with no added noise
 CONTEXT_SHARE = 0.5          # examples with another word before the item
 REVERB_SHARE = 0.6           # synthetic clips played in a simulated room
@@ -225,11 +226,15 @@ def targets(frames: int, at: int, end: int | None) -> np.ndarray:
 
 
 def add_noise(canvas: np.ndarray, item: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
-    """Noise pixels mixed as power, at a random SNR to the item's mean power."""
+    """Noise pixels mixed as power, at a random SNR to the item's mean power (an empty item, a
+    noise-only example: the recording's own level, NOISE_ONLY_DB)."""
     start = int(rng.integers(0, len(noise) - len(canvas)))
     crop = torch.from_numpy(noise[start:start + len(canvas)])[None]
-    level = power_from_pixels(torch.from_numpy(item)[None]).mean() / power_from_pixels(crop).mean()
-    gain = level / 10 ** (rng.uniform(*SNR_DB) / 10)
+    if item.max() > 0:
+        level = power_from_pixels(torch.from_numpy(item)[None]).mean() / power_from_pixels(crop).mean()
+        gain = level / 10 ** (rng.uniform(*SNR_DB) / 10)
+    else:
+        gain = torch.tensor(10 ** (rng.uniform(*NOISE_ONLY_DB) / 10))
     return mix_pixels(torch.from_numpy(canvas)[None], crop, gain.reshape(1))[0].numpy()
 
 
