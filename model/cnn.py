@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from torchaudio.functional import melscale_fbanks
 
 from .logmel import FRAME, HOP, PIXEL_MEAN, PIXEL_STD, LogMelPixels, dft_basis, mel_power
-from .network import SAMPLE_RATE, BandNorm, ClassifierConfig, spec_mask
+from .frontend import BandNorm, SpecAugment, check_masks
+from .network import SAMPLE_RATE, ClassifierConfig
 
 WINDOW_SECONDS = 0.025   # 25 ms analysis window (Hann)
 HOP_SECONDS = 0.010      # 10 ms between frames
@@ -56,8 +57,8 @@ class CNNConfig(ClassifierConfig):
     channels: int = 172                       # every conv layer's width (DS-CNN-M: 172)
     blocks: int = 4                           # depthwise-separable blocks (DS-CNN-M: 4)
     dropout: float = 0.2                      # before the linear head
-    mask_bands: int = 0                       # training only: SpecAugment-style, zero 2 random
-    mask_frames: int = 0                      # spans of ≤ this many bands / frames
+    mask_bands: int = 0                       # training only: SpecAugment (model/frontend.py), zero 2
+    mask_frames: int = 0                      # random spans of ≤ this many bands / frames
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
@@ -69,6 +70,7 @@ class CNNConfig(ClassifierConfig):
             raise ValueError(f"n_mels must be at least 4 (the first conv is 4 bands wide), got {self.n_mels}")
         if self.channels < 1 or self.blocks < 0:
             raise ValueError(f"expected channels ≥ 1 and blocks ≥ 0, got {self.channels} and {self.blocks}")
+        check_masks(self.mask_bands, self.mask_frames)
 
     @property
     def window(self) -> int:
@@ -126,6 +128,7 @@ class DSCNN(nn.Module):
         else:
             self.logmel = LogMel(cfg.sample_rate, cfg.n_mels, cfg.window, cfg.frontend_stride)
             self.norm = BandNorm(cfg.n_mels)                              # a fixed affine in eval
+        self.augment = SpecAugment(cfg.mask_bands, cfg.mask_frames)
         self.stem = conv_bn_relu(1, cfg.channels, (10, 4), stride=(2, 2), padding=(5, 1))
         self.blocks = nn.Sequential(*(separable_block(cfg.channels) for _ in range(cfg.blocks)))
         self.drop = nn.Dropout(cfg.dropout)
@@ -141,10 +144,7 @@ class DSCNN(nn.Module):
 
     def normalise(self, x: Tensor) -> Tensor:
         """Log-mel features (B, T, F) → normalised and, training, masked."""
-        x = (x - PIXEL_MEAN) / PIXEL_STD if self.cfg.reads_pixels else self.norm(x)
-        if self.training and (self.cfg.mask_bands or self.cfg.mask_frames):
-            x = spec_mask(spec_mask(x, self.cfg.mask_bands, 2), self.cfg.mask_frames, 1)
-        return x
+        return self.augment((x - PIXEL_MEAN) / PIXEL_STD if self.cfg.reads_pixels else self.norm(x))
 
     def forward(self, audio: Tensor, state: Tensor | None = None) -> tuple[Tensor, None]:
         if state is not None:

@@ -201,3 +201,30 @@ def test_checkpoint_payload_round_trips_through_weights_only_load(tmp_path):
     audio = torch.randn(1, 1600)
     torch.testing.assert_close(loaded(audio)[0], net(audio)[0], rtol=0, atol=0)
     assert loaded.cfg == cfg
+
+
+def test_frontend_settings_are_a_config_of_their_own_written_as_flat_keys():
+    """The front-end's keys stay flat in configs and checkpoints (`frontend_kernel: 400`, the
+    bundled checkpoint's dict); RotRNNConfig.frontend_config gathers and checks them."""
+    from model import FrontendConfig
+    from model.frontend import FRONTENDS
+    cfg = RotRNNConfig(**STREAM_CONFIGS["filterbank"], mask_bands=3)
+    front = cfg.frontend_config
+    assert front == FrontendConfig(kind="filterbank", stride=160, kernel=400, filters=16, norm="batch", mask_bands=3)
+    flat = cfg.to_dict()
+    assert {"frontend", "frontend_stride", "frontend_kernel", "frontend_filters", "frontend_norm",
+            "mask_bands", "mask_frames"} <= set(flat) and "frontend_config" not in flat
+    assert RotRNNConfig(**flat) == cfg
+    logmel = RotRNNConfig(frontend="logmel")                        # "logmel" fixes stride and kernel
+    assert (logmel.frontend_stride, logmel.frontend_kernel) == (logmel.frontend_config.stride, 480)
+    assert RotRNNConfig(frontend="filterbank", frontend_stride=4, frontend_kernel=8,
+                        frontend_norm=True).frontend_norm == "frame"          # configs before "batch"
+    bad = [(dict(frontend="mel"), f"frontend must be {', '.join(FRONTENDS)}"),
+           (dict(frontend="conv", frontend_stride=8, frontend_kernel=4), r"frontend_kernel \(4\) < frontend_stride \(8\)"),
+           (dict(frontend="linear", frontend_stride=2, frontend_kernel=2), "one sample per step"),
+           (dict(frontend="filterbank", frontend_stride=4, frontend_kernel=8, frontend_norm="layer"),
+            "frontend_norm must be none, frame or batch"),
+           (dict(mask_bands=-1), "mask_bands and mask_frames must be ≥ 0")]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            RotRNNConfig(**kwargs)

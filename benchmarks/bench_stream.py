@@ -1,0 +1,176 @@
+"""Streaming detection of one or more models on the same streams: the DET curve over a threshold
+sweep, misses at 1 false accept per hour and per 10 hours, the model's own operating point (its
+metadata's thresholds, as `rotkws detect` uses them), false accepts per hour on a stream of
+non-keyword speech only, and keywords at the very end of the input. Writes the `bench_stream`
+section of BENCHMARKS.md and bench/stream_det.png.
+
+    python -m benchmarks.bench_stream --model before=old.onnx --model after=app/models/kws12.onnx
+    python -m benchmarks.bench_stream --before-commit 176ebcd        # that commit's default model
+
+Streams (benchmarks/stream.py): testing-split speakers of `speech_commands_v0.02_test_dev` (the
+ten keywords and other words) with testing-split `alexa` and all `snowboy` recordings as other
+speech, at 1–4 s gaps over background noise at 20/10/5 dB SNR; segments of 30 min, seeds 0, 1, …
+The non-keyword stream is the same without the keyword clips (seeds 500, 501, …). End of input:
+each testing-split keyword clip alone through `rotkws detect`'s path (process, flush) against
+the same clip followed by 1 s of silence, and alone without the flush's silence (flush_s = 0).
+"""
+import argparse
+import functools
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from benchmarks import stream
+from benchmarks.plots import det_png
+from benchmarks.report import write_section
+from corpus.clips import list_clips, read_audio
+from corpus.splits import speaker_split
+from training.paths import default_data_root
+
+HOURS = 10.0                  # the keyword stream (as `rotkws bench`)
+OTHER_HOURS = 2.0             # the stream of non-keyword speech only
+OTHER_SEED = 500              # its segments' seeds
+FA_POINTS = {"1 FA/h": 1.0, "1 FA/10 h": 0.1}
+END_SILENCE_S = 1.0           # end of input: the clip followed by this much silence
+PNG = Path(__file__).resolve().parents[1] / "bench" / "stream_det.png"
+
+
+def segments(data: Path, labels, hours: float, seed: int, keywords: bool):
+    """[(audio, events)] of `hours` of testing-split stream, 30 min per seeded segment."""
+    read = functools.cache(read_audio)
+    out, remaining, k = [], hours * 60, 0
+    while remaining > 1e-9:
+        minutes = min(stream.SEGMENT_MINUTES, remaining)
+        rng = np.random.default_rng(seed + k)
+        clips = stream.held_out_clips(data, labels, "testing", rng, read)
+        if not keywords:
+            clips = [c for c in clips if c[1] == stream.UNKNOWN]
+        out.append(stream.build_stream(clips, minutes, data, rng, read=read))
+        remaining -= minutes
+        k += 1
+    return out
+
+
+def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
+    """The operating point's (events, misses, false accepts) and, with `sweep`, the DET rows."""
+    totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS} if sweep else {}
+    point, seconds = np.zeros(3, np.int64), 0.0
+    for audio, events in streams:
+        times, scores = stream.score_track(model, audio)
+        point += stream.score(KeywordSpotter(model).detector.update(times, scores), events, model.keywords)
+        if sweep:
+            for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
+                                                    stream.THRESHOLDS).items():
+                totals[th] += stream.score(dets, events, model.keywords)
+        seconds += len(audio) / model.sample_rate
+    hours = seconds / 3600
+    rows = [{"threshold": th, "keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
+             "miss_rate": m / max(1, n), "fa_per_hour": f / hours} for th, (n, m, f) in totals.items()]
+    n, m, f = point
+    return {"hours": hours, "rows": rows, "point": {"keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
+                                                     "miss_rate": m / max(1, n), "fa_per_hour": f / hours}}
+
+
+def end_of_input(model: KeywordModel, data: Path) -> dict:
+    """Testing-split keyword clips: found alone (flushed), alone without the flush's silence,
+    and followed by END_SILENCE_S of silence."""
+    clips = [c for c in list_clips(data / stream.KEYWORD_FOLDER, model.labels)
+             if c.label in model.keywords and speaker_split(c.speaker) == "testing"]
+    found = {"alone": 0, "alone, flush_s = 0": 0, f"+ {END_SILENCE_S:g} s silence": 0}
+    spotters = {"alone": KeywordSpotter(model), "alone, flush_s = 0": KeywordSpotter(model, flush_s=0.0),
+                f"+ {END_SILENCE_S:g} s silence": KeywordSpotter(model)}
+    for c in clips:
+        audio = read_audio(c.path)[0]
+        for name, spotter in spotters.items():
+            spotter.reset()
+            x = np.concatenate([audio, np.zeros(int(END_SILENCE_S * model.sample_rate), np.float32)]) \
+                if name.startswith("+") else audio
+            dets = spotter.process(x, model.sample_rate).detections + spotter.flush().detections
+            found[name] += any(d.keyword == c.label for d in dets)
+    return {"clips": len(clips), **{k: v / max(1, len(clips)) for k, v in found.items()}}
+
+
+def model_at(commit: str, folder: Path) -> Path:
+    path = folder / f"kws12-{commit}.onnx"
+    blob = subprocess.run(["git", "show", f"{commit}:app/models/kws12.onnx"], capture_output=True, check=True).stdout
+    path.write_bytes(blob)
+    return path
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def report(results: dict, hours: float, other_hours: float) -> str:
+    lines = ["| model | missed at 1 FA/h | missed at 1 FA/10 h | its operating point: missed, FA/h | "
+             f"FA/h on non-keyword speech ({other_hours:g} h), operating point | keyword at the end of a 1 s clip: "
+             f"found alone / without flush / + {END_SILENCE_S:g} s silence |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, r in results.items():
+        cells = []
+        for fa in FA_POINTS.values():
+            p = stream.operating_point(r["stream"]["rows"], fa)
+            cells.append(f"{pct(p['miss_rate'])} (threshold {p['threshold']:.3f})" if p else "not reached")
+        op, other, end = r["stream"]["point"], r["other"]["point"], r["end"]
+        thresholds = r["threshold"]
+        shown = (f"{thresholds:g}" if not isinstance(thresholds, dict)
+                 else f"per keyword {min(thresholds.values()):.2f}–{max(thresholds.values()):.2f}")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {pct(op['miss_rate'])}, {op['fa_per_hour']:.2f} "
+                     f"(threshold {shown}) | {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
+                     f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
+                     f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} |")
+    first = next(iter(results.values()))
+    lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {first['stream']['point']['keyword_events']} "
+              f"keywords of testing-split speakers; the DET columns sweep one threshold for every keyword "
+              f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.3f}), the operating point is the model's "
+              f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
+              f"DET curve: [bench/stream_det.png](bench/stream_det.png)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_stream", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", action="append", default=[], help="NAME=PATH (repeatable)")
+    p.add_argument("--before-commit", help="also measure that commit's app/models/kws12.onnx as 'before'")
+    p.add_argument("--hours", type=float, default=HOURS)
+    p.add_argument("--other-hours", type=float, default=OTHER_HOURS)
+    p.add_argument("--data", type=Path, default=None)
+    p.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = p.parse_args(argv)
+    data = args.data or default_data_root()
+    tmp = Path(tempfile.mkdtemp())
+    models = {}
+    if args.before_commit:
+        models[f"before ({args.before_commit})"] = model_at(args.before_commit, tmp)
+    for item in args.model:
+        name, _, path = item.partition("=")
+        models[name] = Path(path)
+    if not models:
+        models["default"] = DEFAULT_MODEL
+    loaded = {name: KeywordModel(path) for name, path in models.items()}
+    labels = next(iter(loaded.values())).labels
+    keyword_streams = segments(data, labels, args.hours, 0, keywords=True)
+    other_streams = segments(data, labels, args.other_hours, OTHER_SEED, keywords=False)
+    results = {}
+    for name, model in loaded.items():
+        print(f"{name}: {model.path}", file=sys.stderr, flush=True)
+        results[name] = {"stream": on_streams(model, keyword_streams, sweep=True),
+                         "other": on_streams(model, other_streams, sweep=False),
+                         "end": end_of_input(model, data), "threshold": KeywordSpotter(model).threshold}
+    body = report(results, args.hours, args.other_hours)
+    print(body)
+    if not args.no_write:
+        last = list(results.values())[-1]["stream"]
+        points = {k: stream.operating_point(last["rows"], fa) for k, fa in FA_POINTS.items()}
+        det_png(last["rows"], last["hours"], points, PNG)
+        write_section("bench_stream", "Streaming detection: before and after stream training", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
