@@ -67,15 +67,8 @@ def onnx_accuracy(model: Path | bytes, data: Path, split: str) -> dict:
             "per_class": r["per_class"]}
 
 
-def write_accuracy(path: Path, accuracy: dict) -> None:
-    proto = onnx.load(path)
-    set_metadata(proto, {"accuracy": json.dumps(accuracy)})
-    onnx.save(proto, path)
-
-
-def describe_export(path: Path) -> str:
-    props = {p.key: p.value for p in onnx.load(path).metadata_props}
-    info = json.loads(props["export"])
+def describe_export(proto: onnx.ModelProto, path: Path) -> str:
+    info = json.loads({p.key: p.value for p in proto.metadata_props}["export"])
     diffs = ", ".join(f"{k} {v:.1e}" for k, v in info["verified_max_abs_diff"].items()
                       if isinstance(v, float))
     return (f"wrote {path} ({info['nodes']} nodes) in {info['seconds']:.1f} s; verified against "
@@ -98,22 +91,30 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ExportError, VerificationError) as e:
         print(f"rotkws export: {e}", file=sys.stderr)
         return 1
-    print(describe_export(out))
+    proto = onnx.load(out)                              # read once: described, and --int8's source
+    print(describe_export(proto, out))
     if data is not None:
         print(f"accuracy on {data}: {meta['accuracy']['onnx']['accuracy']:.4f} "
               f"({meta['accuracy']['onnx']['n']} clips)")
     if args.int8:
-        from .quantize import quantize_int8
-        q = quantize_int8(out, out.with_name(out.stem + ".int8.onnx"))
-        line = f"wrote {q}"
-        if data is not None:
-            acc8 = onnx_accuracy(q, data, args.split)["accuracy"]
-            float_acc = meta["accuracy"]["onnx"]["accuracy"]
-            line += f"; accuracy {acc8:.4f} vs float {float_acc:.4f} ({acc8 - float_acc:+.4f})"
-            write_accuracy(q, meta["accuracy"] | {"onnx_int8": {"data": str(data), "split": args.split,
-                                                                "accuracy": acc8}})
-        print(line)
+        print(write_int8(proto, out.with_name(out.stem + ".int8.onnx"), data, args.split, meta["accuracy"]))
     return 0
+
+
+def write_int8(proto: onnx.ModelProto, path: Path, data: Path | None, split: str, accuracy: dict) -> str:
+    """Quantise in memory, measure the int8 graph's accuracy on --data (when given) into its
+    metadata, then write its file once; the line to print."""
+    from .quantize import quantize_int8
+    int8 = quantize_int8(proto)
+    line = f"wrote {path}"
+    if data is not None:
+        acc8 = onnx_accuracy(int8.SerializeToString(), data, split)["accuracy"]
+        float_acc = accuracy["onnx"]["accuracy"]
+        line += f"; accuracy {acc8:.4f} vs float {float_acc:.4f} ({acc8 - float_acc:+.4f})"
+        set_metadata(int8, {"accuracy": json.dumps(accuracy | {"onnx_int8": {"data": str(data), "split": split,
+                                                                             "accuracy": acc8}})})
+    onnx.save(int8, path)
+    return line
 
 
 if __name__ == "__main__":

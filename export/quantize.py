@@ -5,7 +5,11 @@ Only the dense layers' 2-D weights become int8 (MatMul, Gemm). The scan's consta
 decays), which 8 bits per tensor cannot hold. The front-end Conv stays float32 too, and so do
 the nodes a stream graph marks (export/stream_graph.py: the mel matrix, whose input powers span
 decades).
+
+The int8 graph is built in memory (`quantize_int8`), so that its metadata can be completed
+before its file is written, once.
 """
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -25,9 +29,11 @@ def scan_kernel_nodes(proto: onnx.ModelProto) -> list[str]:
                                           or n.name.startswith(FLOAT_ONLY))]
 
 
-def quantize_int8(src, dst) -> Path:
-    """Write the int8 version of the rotkws file `src` to `dst`; the metadata is kept."""
-    src, dst = Path(src), Path(dst)
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=list(QUANTIZED_OPS),
-                     nodes_to_exclude=scan_kernel_nodes(onnx.load(src)))
-    return dst
+def quantize_int8(src: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    """The int8 version of a rotkws graph (in memory, or a file), in memory; the metadata is kept."""
+    proto = src if isinstance(src, onnx.ModelProto) else onnx.load(src)
+    with tempfile.TemporaryDirectory() as scratch:       # onnxruntime's quantiser only writes files
+        out = Path(scratch) / "int8.onnx"
+        quantize_dynamic(proto, out, weight_type=QuantType.QInt8, op_types_to_quantize=list(QUANTIZED_OPS),
+                         nodes_to_exclude=scan_kernel_nodes(proto))
+        return onnx.load(out)

@@ -1,6 +1,7 @@
 """export/: the ONNX graph has no loop, describes itself, and computes what PyTorch computes —
 on random and real audio, at every length it accepts, and streamed in uneven pieces."""
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -192,8 +193,9 @@ def test_export_leaves_the_network_untouched_and_rejects_bad_lengths(tmp_path):
 @pytest.mark.parametrize("kind", ["filterbank", "logmel"])
 def test_int8_keeps_metadata_and_float_scan_kernels(models, real_clips, tmp_path, kind):
     net, path = models[kind]
-    q = quantize_int8(path, tmp_path / "q.onnx")
-    proto = onnx.load(q)
+    proto = quantize_int8(path)
+    q = tmp_path / "q.onnx"
+    onnx.save(proto, q)
     ops = [n.op_type for n in proto.graph.node]
     assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
     assert len(scan_kernel_nodes(proto)) == len(scan_kernel_nodes(onnx.load(path))) > 0
@@ -206,6 +208,38 @@ def test_int8_keeps_metadata_and_float_scan_kernels(models, real_clips, tmp_path
     scores = run_onnx(open_session(q), audio, state)[0]
     assert np.isfinite(scores).all() and np.allclose(scores.sum(1), 1, atol=1e-5)
     assert np.abs(scores - run_onnx(open_session(path), audio, state)[0]).max() < 0.05
+
+
+def test_cli_int8_is_built_in_memory_and_written_once(models, tmp_path, monkeypatch, capsys):
+    """`rotkws export --int8 --data`: the int8 file is written once, its accuracy already in its
+    metadata (the float export is export_onnx's, tested above: a cached file stands in for it)."""
+    import export.cli as cli
+    from export.onnx import set_metadata
+    from model import checkpoint_payload
+    net, path = models["filterbank"]
+    torch.save(checkpoint_payload(net, task="test"), tmp_path / "c.ckpt")
+
+    def cached_export(net, out, *, measure=None, **_):
+        proto = onnx.load(path)
+        set_metadata(proto, {k: json.dumps(v) for k, v in measure(proto.SerializeToString()).items()})
+        onnx.save(proto, out)
+        return out
+
+    writes, save = [], onnx.save
+    def counted_save(proto, f, *args, **kwargs):
+        writes.append(Path(f).name)
+        return save(proto, f, *args, **kwargs)
+    monkeypatch.setattr(cli, "export_onnx", cached_export)
+    monkeypatch.setattr(onnx, "save", counted_save)
+    monkeypatch.setattr(onnx, "save_model", counted_save)
+    out = tmp_path / "m.onnx"
+    assert cli.main([str(tmp_path / "c.ckpt"), "-o", str(out), "--data", str(CLIPS), "--int8"]) == 0
+    assert [w for w in writes if (tmp_path / w).exists()] == ["m.onnx", "m.int8.onnx"]
+    assert "vs float" in capsys.readouterr().out
+    accuracy = json.loads(props(tmp_path / "m.int8.onnx")["accuracy"])
+    assert accuracy["onnx_int8"]["accuracy"] == cli.onnx_accuracy(tmp_path / "m.int8.onnx", CLIPS, "all")["accuracy"]
+    assert accuracy["onnx"]["n"] == 24
+    assert props(tmp_path / "m.int8.onnx")["labels"] == props(path)["labels"]
 
 
 @pytest.mark.slow      # a fresh export (not cached): 10–30 s on 2 shared cores
