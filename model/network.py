@@ -17,6 +17,8 @@ from .logmel import SAMPLE_RATE
 from .lru import LRU
 from .rotrnn import RotRNN
 
+EMA_BLOCK = 128   # frames per block of the per-frame pooling (stream training): a (128, 128) weight
+
 
 class ClassifierConfig:
     """What every classifier config (a dataclass with `labels` and `frontend`) derives alike."""
@@ -190,6 +192,37 @@ class RotRNNClassifier(nn.Module):
         pooled = self._ema(h, parts[-1])
         states.append(pooled)
         return self.head(self.norm(pooled)), torch.cat(states, 1)
+
+    def frame_logits(self, pixels: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Logits after every frame (stream training): (B, T, N_MELS) pixels → (B, T, n_classes)
+        and the state after the last frame. Row t equals `forward_features(pixels[:, :t + 1],
+        state)[0]`, in one pass (causal networks only)."""
+        if self.cfg.bidirectional or not self.cfg.reads_pixels:
+            raise ValueError("frame_logits needs a causal network with the logmel front-end")
+        parts = self._split(state, pixels.shape[0])
+        tail = parts[0] if parts[0] is not None else pixels.new_zeros(pixels.shape[0], self.frontend.tail)
+        h, states = self.frontend.embed(pixels), [tail]
+        for block, s in zip(self.blocks, parts[1:-1]):
+            h, s = block(h, s)
+            states.append(s)
+        pooled = self._ema_frames(h, parts[-1])                              # (B, T, d)
+        states.append(pooled[:, -1])
+        return self.head(self.norm(pooled)), torch.cat(states, 1)
+
+    def _ema_frames(self, h: Tensor, p0: Tensor | None) -> Tensor:
+        """Every p_t of `_ema`: (B, T, d), by EMA_BLOCK-frame blocks of relative exponents."""
+        alpha, out = self.pool_decay, []
+        p = p0 if p0 is not None else h.new_zeros(h.shape[0], h.shape[2])
+        for start in range(0, h.shape[1], EMA_BLOCK):
+            x = h[:, start:start + EMA_BLOCK]
+            n = x.shape[1]
+            i = torch.arange(n, device=h.device, dtype=torch.float64)
+            lag = i[:, None] - i[None, :]                                     # t − s
+            w = torch.where(lag >= 0, (1 - alpha) * alpha ** lag.clamp(min=0), torch.zeros_like(lag))
+            y = torch.einsum("ts,bsd->btd", w.to(h.dtype), x) + (alpha ** (i + 1)).to(h.dtype)[None, :, None] * p[:, None]
+            out.append(y)
+            p = y[:, -1]
+        return torch.cat(out, 1)
 
     def _split(self, state: Tensor | None, batch: int) -> list[Tensor | None]:
         if self.cfg.bidirectional and state is not None:
