@@ -30,9 +30,11 @@ import torch
 from model.logmel import FRAME_RATE, PIXEL_MAX, PIXEL_SLOPE, pixels_from_power, power_from_pixels
 
 IGNORE = -100                  # frames without a target (cross_entropy's ignore_index)
-KEYWORD_FRAMES = 50            # the keyword's target: 0.5 s from the end of its speech
+KEYWORD_FRAMES = 100           # the keyword's target: 1 s from the end of its speech (the
+                               # refractory period: one detection; and a 1 s clip read from
+                               # silence ends inside it, as `rotkws eval` scores clips)
 SETTLE_FRAMES = 50             # then 0.5 s without a target; also a sequence's first frames
-UNKNOWN_TAIL_FRAMES = 30       # other speech stays `_unknown_` this long after its end
+UNKNOWN_TAIL_FRAMES = 100      # other speech stays `_unknown_` this long after its end
 GAP_SECONDS = (0.05, 1.2)      # silence between clips, uniform
 SEGMENT_SHARES = {"keyword": 0.4, "other": 0.3, "wake": 0.1, "noise": 0.2}   # what each clip is
 SNR_DB = (0.0, 25.0)           # speech-to-noise ratio of a sequence's noise bed, uniform
