@@ -9,8 +9,8 @@ BENCHMARKS.md.
    noise at 20/10/5 dB SNR) of every non-silence clip of speech_commands_v0.02_test_dev (167
    speakers none of whose clips enroll reads) and the odd-numbered `alexa` recordings (enroll
    trains on the even-numbered ones); every detection there is a false accept.
-3. Both at the threshold enroll chose and stored in the file (from synthetic held-out data
-   only), and over a threshold sweep: the operating point at ≤ 1 false accept per hour is
+3. Both at the threshold enroll chose and stored in the file (the lowest that none of its
+   held-out real training negatives reaches), and over a threshold sweep: the operating point at ≤ 1 false accept per hour is
    chosen on this same data, so it is a development figure, marked as such.
 """
 import argparse
@@ -118,7 +118,7 @@ def summary(model: KeywordModel, det: dict, fa: dict, train_s: float | None) -> 
     text = (f"Measured {time.strftime('%Y-%m-%d')} by `benchmarks/enroll.py` ([bench/enroll.md](bench/enroll.md)): "
             f"`rotkws enroll {PHRASE}`"
             + (f" ({train_s / 60:.0f} min here)" if train_s else "")
-            + f", trained from text alone, detects {det['rate'][own]:.1%} of the {det['files']} real "
+            + f", trained from text alone (no recording of the phrase), detects {det['rate'][own]:.1%} of the {det['files']} real "
             f"`{PHRASE}` recordings of `{WAKEWORD_FOLDER}` at its own threshold ({own:.3f}), with "
             f"{fa['per_hour'][own]:.2f} false accepts per hour over {fa['hours']:.1f} h of other speech "
             f"(Speech Commands test words, `alexa`) and noise.")
@@ -145,8 +145,8 @@ def markdown(model: KeywordModel, det: dict, fa: dict, meta: dict, train_s: floa
     best = max(ok, key=lambda t: (det["rate"][t], -t)) if ok else None
     enroll = meta.get("enroll", {})
     lines = [
-        f"Model: `rotkws enroll {PHRASE}` — trained from synthetic speech alone (espeak-ng, flite, festival) "
-        f"on the frozen backbone of `kws12.ckpt` (top block, norm and a two-class head trained), "
+        f"Model: `rotkws enroll {PHRASE}` — the phrase heard only as synthetic speech (espeak-ng, flite, "
+        f"festival; negatives real and synthetic), trained on the frozen backbone of `kws12.ckpt` (top block, norm and a two-class head trained), "
         f"{enroll.get('examples', '?')} examples, {enroll.get('steps', '?')} steps; "
         + (f"enroll took {train_s / 60:.1f} min on this CPU (1 thread, shared), export included."
            if train_s else f"training took {enroll.get('train_seconds', 0) / 60:.1f} min (from the file's metadata)."),
@@ -156,18 +156,20 @@ def markdown(model: KeywordModel, det: dict, fa: dict, meta: dict, train_s: floa
         f"{fa['pool']} clips (every non-silence clip of `{TEST_FOLDER}`, odd-numbered `alexa` recordings) "
         f"over background noise at 20/10/5 dB SNR; every detection there is false.",
         "",
-        "| threshold | chosen by | snowboy detected | false accepts per hour |",
+        "| threshold | chosen by | snowboy detected | false accepts per hour (count) |",
         "| ---: | --- | ---: | ---: |",
-        f"| {own:.3f} | enroll (synthetic held-out data only) | {det['rate'][near(own)]:.1%} | "
-        f"{fa['per_hour'][near(own)]:.2f} |",
+        f"| {own:.3f} | enroll: no held-out real negative of its training data fires (capped at 0.99) | {det['rate'][near(own)]:.1%} | "
+        f"{fa['per_hour'][near(own)]:.2f} ({fa['counts'][near(own)]}) |",
     ]
     if best is not None:
         lines.append(f"| {best:.3f} | this sweep: most detected at ≤ {FA_TARGET_PER_HOUR:g} FA/h (a development "
-                     f"figure: chosen on the test data) | {det['rate'][best]:.1%} | {fa['per_hour'][best]:.2f} |")
+                     f"figure: chosen on the test data) | {det['rate'][best]:.1%} | {fa['per_hour'][best]:.2f} ({fa['counts'][best]}) |")
     else:
         lines.append(f"| — | no threshold in the sweep reaches ≤ {FA_TARGET_PER_HOUR:g} FA/h | | |")
+    meets = lambda t: t is not None and det["rate"][t] >= DETECT_TARGET and fa["per_hour"][t] <= FA_TARGET_PER_HOUR
     lines += ["", f"Aim: ≥ {DETECT_TARGET:.0%} detected at ≤ {FA_TARGET_PER_HOUR:g} false accept per hour. "
-              + ("Met." if best is not None and det["rate"][best] >= DETECT_TARGET else "Not met."), "",
+              f"At the threshold stored in the file: {'met' if meets(near(own)) else 'not met'}; at the "
+              f"best threshold of the sweep (chosen on this data): {'met' if meets(best) else 'not met'}.", "",
               "Sweep (every 0.05):", "", "| threshold | detected | FA/h |", "| ---: | ---: | ---: |"]
     for t in ths:
         if abs(t * 20 - round(t * 20)) < 1e-6:
