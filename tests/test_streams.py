@@ -87,6 +87,10 @@ def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  #
     assert main(as_argv(TINY, streams)) == 0
     ckpt = torch.load(tmp_path / "streams" / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2 and np.isfinite(ckpt["rotkws"]["metrics"]["train/loss"])
+    both = streams | {"data.stream_clip_batch": "4", "trainer.run_dir": str(tmp_path / "both")}
+    assert main(as_argv(TINY, both)) == 0                   # clips beside the streams, both losses
+    metrics = torch.load(tmp_path / "both" / "checkpoints" / "last.ckpt", weights_only=True)["rotkws"]["metrics"]
+    assert np.isfinite(metrics["train/stream_loss"]) and np.isfinite(metrics["train/loss"])
     wider = streams | {"model.d_model": "24", "trainer.run_dir": str(tmp_path / "wider")}
     capsys.readouterr()
     assert main(as_argv(TINY, wider)) == 2

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.utilities import CombinedLoader
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomSampler
@@ -57,6 +58,8 @@ class DataConfig:
     stream_seconds: float = 0.0          # > 0: train on sequences this long with a target per
                                          # frame (training/streams.py; logmel networks only)
     stream_examples: int = 8192          # sequences per training epoch
+    stream_clip_batch: int = 0           # streams: also this many 1 s clips per step (their
+                                         # loss added), so the clip accuracy holds
     wake_words: str | None = None        # streams: recordings of other phrases, as `_unknown_`
                                          # (those whose file name splits as a training speaker)
 
@@ -357,14 +360,14 @@ class KWSDataModule(L.LightningDataModule):
     def skipped(self) -> list[str]:
         return [p for d in self.sets.values() for p in d.skipped] + self._skipped_audio
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool, batch_size: int | None = None) -> DataLoader:
         data, sampler = self.sets[split], None
         if shuffle and self.features:                      # the class mix of DataConfig's shares
             shares = {UNKNOWN: self.cfg.unknown_share, SILENCE: self.cfg.silence_share}
             weights = data.class_weights(self.labels, {k: v for k, v in shares.items() if k in self.labels})
             sampler = WeightedRandomSampler(weights, len(data), replacement=True,
                                             generator=torch.Generator().manual_seed(self.cfg.seed))
-        return DataLoader(data, batch_size=self.cfg.batch_size, shuffle=shuffle and sampler is None,
+        return DataLoader(data, batch_size=batch_size or self.cfg.batch_size, shuffle=shuffle and sampler is None,
                           sampler=sampler, num_workers=self.cfg.num_workers, drop_last=shuffle,
                           persistent_workers=self.cfg.num_workers > 0)
 
@@ -372,9 +375,13 @@ class KWSDataModule(L.LightningDataModule):
         if self.cfg.stream_seconds > 0:
             sampler = RandomSampler(self.streams, replacement=True, num_samples=self.cfg.stream_examples,
                                     generator=torch.Generator().manual_seed(self.cfg.seed))
-            return DataLoader(self.streams, batch_size=self.cfg.batch_size, sampler=sampler,
-                              num_workers=self.cfg.num_workers, drop_last=True,
-                              persistent_workers=self.cfg.num_workers > 0)
+            streams = DataLoader(self.streams, batch_size=self.cfg.batch_size, sampler=sampler,
+                                 num_workers=self.cfg.num_workers, drop_last=True,
+                                 persistent_workers=self.cfg.num_workers > 0)
+            if self.cfg.stream_clip_batch <= 0:
+                return streams
+            clips = self._loader("training", True, self.cfg.stream_clip_batch)
+            return CombinedLoader({"streams": streams, "clips": clips}, mode="min_size")
         return self._loader("training", True)
 
     def val_dataloader(self):

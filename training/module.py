@@ -72,6 +72,8 @@ class KWSModule(L.LightningModule):
         return (self.net.forward_features(x) if self.features else self.net(x))[0]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        if isinstance(batch, dict):                             # streams and clips in one step
+            return {k: self.on_after_batch_transfer(b, dataloader_idx) for k, b in batch.items()}
         x, labels = batch
         x = x.float()                                           # pixels come as uint8
         if labels.ndim == 1 and self.training and self.trainer is not None and self.trainer.training:
@@ -88,7 +90,7 @@ class KWSModule(L.LightningModule):
         cfg = self.net.cfg
         return augment(x, self.noise, self.aug, cfg.frontend_stride, cfg.sample_rate, g)
 
-    def stream_step(self, batch) -> Tensor:
+    def stream_step(self, batch, name: str = "train/") -> Tensor:
         """Sequences with a target per frame (training/streams.py). Each row's state carries on
         into the same row of the next batch (detached; a row restarts from silence with
         probability STREAM_RESTART), so the network learns from states carried for minutes."""
@@ -104,9 +106,10 @@ class KWSModule(L.LightningModule):
         loss = F.cross_entropy(logits.reshape(-1, C), targets.reshape(-1), ignore_index=IGNORE,
                                label_smoothing=self.optim.label_smoothing)
         scored = targets.reshape(-1) != IGNORE
-        self.acc["train_"](logits.reshape(-1, C)[scored], targets.reshape(-1)[scored])
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=B)
-        self.log("train/acc", self.acc["train_"], on_step=False, on_epoch=True, prog_bar=True)
+        self.log(f"{name}loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=B)
+        if name == "train/":                                    # alone: the frames' accuracy
+            self.acc["train_"](logits.reshape(-1, C)[scored], targets.reshape(-1)[scored])
+            self.log("train/acc", self.acc["train_"], on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
     def model_step(self, batch, stage: str) -> Tensor:
@@ -125,7 +128,10 @@ class KWSModule(L.LightningModule):
         return loss
 
     def training_step(self, batch, batch_idx):
-        loss = self.stream_step(batch) if batch[1].ndim == 2 else self.model_step(batch, "train")
+        if isinstance(batch, dict):                             # data.stream_clip_batch > 0
+            loss = self.stream_step(batch["streams"], "train/stream_") + self.model_step(batch["clips"], "train")
+        else:
+            loss = self.stream_step(batch) if batch[1].ndim == 2 else self.model_step(batch, "train")
         for i, group in enumerate(self.optimizers().param_groups):
             self.log(f"lr/group{i}", group["lr"], on_step=False, on_epoch=True, batch_size=1)
         return loss
