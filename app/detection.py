@@ -18,11 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Defaults (a model can carry its own in its metadata: `detection`). Measured with the bundled
-# model on a 20 min stream of the validation speakers over noise at 5–20 dB SNR
-# (the stream of benchmarks/stream.py, validation speakers): threshold 0.5 → 47 % missed, 243 false
-# accepts/h; 0.7 → 62 %, 75/h; 0.9 → 82 %, 6/h. The model is too weak for a useful low-false-accept
-# point, so the default favours hearing the keyword in the demo; raise it for fewer false accepts.
+# Defaults, for a model without its own operating point. A model carries one in its metadata
+# (`detection`): `rotkws calibrate` chooses a threshold per keyword on validation streams for a
+# false-accept budget; BENCHMARKS.md (bench_stream) measures what it buys on testing streams.
 THRESHOLD = 0.5        # smoothed keyword probability that counts as heard
 SMOOTHING_HOPS = 3     # moving-average window: 3 hops = 300 ms at the 100 ms hop
 MIN_HOPS = 2           # consecutive hops above the threshold before a detection

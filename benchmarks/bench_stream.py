@@ -1,8 +1,9 @@
 """Streaming detection of one or more models on the same streams: the DET curve over a threshold
 sweep, misses at 1 false accept per hour and per 10 hours, the model's own operating point (its
 metadata's thresholds, as `rotkws detect` uses them), false accepts per hour on a stream of
-non-keyword speech only, and keywords at the very end of the input. Writes the `bench_stream`
-section of BENCHMARKS.md and bench/stream_det.png.
+non-keyword speech only, keywords at the very end of the input, and the clip accuracy on the
+same speakers (`rotkws eval`). Writes the `bench_stream` section of BENCHMARKS.md, the README's
+streaming block and bench/stream_det.png.
 
     python -m benchmarks.bench_stream --model before=old.onnx --model after=app/models/kws12.onnx
     python -m benchmarks.bench_stream --before-commit 176ebcd        # that commit's default model
@@ -15,6 +16,7 @@ each testing-split keyword clip alone through `rotkws detect`'s path (process, f
 the same clip followed by 1 s of silence, and alone without the flush's silence (flush_s = 0).
 """
 import argparse
+import datetime
 import functools
 import subprocess
 import sys
@@ -26,7 +28,8 @@ import numpy as np
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from benchmarks import stream
 from benchmarks.plots import det_png
-from benchmarks.report import write_section
+from app.evaluate import evaluate
+from benchmarks.report import machine, write_section
 from corpus.clips import list_clips, read_audio
 from corpus.splits import speaker_split
 from training.paths import default_data_root
@@ -37,6 +40,7 @@ OTHER_SEED = 500              # its segments' seeds
 FA_POINTS = {"1 FA/h": 1.0, "1 FA/10 h": 0.1}
 END_SILENCE_S = 1.0           # end of input: the clip followed by this much silence
 PNG = Path(__file__).resolve().parents[1] / "bench" / "stream_det.png"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def segments(data: Path, labels, hours: float, seed: int, keywords: bool):
@@ -106,10 +110,10 @@ def pct(x: float) -> str:
 
 
 def report(results: dict, hours: float, other_hours: float) -> str:
-    lines = ["| model | missed at 1 FA/h | missed at 1 FA/10 h | its operating point: missed, FA/h | "
+    lines = ["| model | clip accuracy, testing split | missed at 1 FA/h | missed at 1 FA/10 h | its operating point: missed, FA/h | "
              f"FA/h on non-keyword speech ({other_hours:g} h), operating point | keyword at the end of a 1 s clip: "
              f"found alone / without flush / + {END_SILENCE_S:g} s silence |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
         cells = []
         for fa in FA_POINTS.values():
@@ -119,7 +123,8 @@ def report(results: dict, hours: float, other_hours: float) -> str:
         thresholds = r["threshold"]
         shown = (f"{thresholds:g}" if not isinstance(thresholds, dict)
                  else f"per keyword {min(thresholds.values()):.2f}–{max(thresholds.values()):.2f}")
-        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {pct(op['miss_rate'])}, {op['fa_per_hour']:.2f} "
+        acc = r["clips"]
+        lines.append(f"| {name} | {pct(acc['accuracy'])} of {acc['n']} | {cells[0]} | {cells[1]} | {pct(op['miss_rate'])}, {op['fa_per_hour']:.2f} "
                      f"(threshold {shown}) | {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
                      f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
                      f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} |")
@@ -130,6 +135,18 @@ def report(results: dict, hours: float, other_hours: float) -> str:
               f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
               f"DET curve: [bench/stream_det.png](bench/stream_det.png)."]
     return "\n".join(lines)
+
+
+def readme_block(body: str, path: Path = README) -> None:
+    """The README's streaming block (between its markers) ← this run's table, dated."""
+    stamp = (f"_From `python -m benchmarks.bench_stream`, {datetime.date.today().isoformat()}, {machine()} "
+             f"(BENCHMARKS.md, section bench_stream)._")
+    text = path.read_text()
+    start, end = "<!-- bench_stream:readme -->", "<!-- /bench_stream:readme -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{path} lacks the markers {start} … {end}")
+    head, rest = text.split(start, 1)
+    path.write_text(f"{head}{start}\n{stamp}\n\n{body}\n{end}{rest.split(end, 1)[1]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {model.path}", file=sys.stderr, flush=True)
         results[name] = {"stream": on_streams(model, keyword_streams, sweep=True),
                          "other": on_streams(model, other_streams, sweep=False),
-                         "end": end_of_input(model, data), "threshold": KeywordSpotter(model).threshold}
+                         "end": end_of_input(model, data), "threshold": KeywordSpotter(model).threshold,
+                         "clips": evaluate(model, data / stream.KEYWORD_FOLDER, "testing")}
     body = report(results, args.hours, args.other_hours)
     print(body)
     if not args.no_write:
@@ -169,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         points = {k: stream.operating_point(last["rows"], fa) for k, fa in FA_POINTS.items()}
         det_png(last["rows"], last["hours"], points, PNG)
         write_section("bench_stream", "Streaming detection: before and after stream training", body)
+        readme_block(body)
     return 0
 
 
