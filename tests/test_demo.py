@@ -379,3 +379,26 @@ def visit(url, audio, delay_s=0.0, paced=True):
         return visitor.stream(audio, BROWSER_RATE, PIECE_S, paced=paced)
     finally:
         visitor.close()
+
+
+def test_a_per_keyword_operating_point_survives_the_slider_until_it_moves(model, tmp_path):
+    """A calibrated model has one threshold per keyword: the slider starts at their median and
+    leaves them alone until the visitor moves it; then one threshold holds for every keyword."""
+    import json
+    import onnx
+    from export.onnx import set_metadata
+    point = {k: round(0.6 + 0.03 * i, 2) for i, k in enumerate(model.keywords)}
+    proto = onnx.load(str(model.path))
+    set_metadata(proto, {"detection": json.dumps({"threshold": point})})
+    onnx.save(proto, str(tmp_path / "calibrated.onnx"))
+    calibrated = KeywordModel(tmp_path / "calibrated.onnx")
+    start, text = demo.slider_start(calibrated)
+    assert start == pytest.approx(np.median(list(point.values())), abs=0.006)   # on the slider's 0.01 steps
+    assert text.startswith(f"{model.keywords[0]} 0.60")
+    session = DemoSession(calibrated, demo.slider_threshold(calibrated, start))
+    session.configure(demo.slider_threshold(calibrated, start), 0.0)
+    assert session.spotter.threshold == point                     # untouched
+    session.configure(demo.slider_threshold(calibrated, 0.7), 0.0)
+    assert session.spotter.threshold == 0.7                       # moved: one for all
+    session.configure(demo.slider_threshold(calibrated, start), 0.0)
+    assert session.spotter.threshold == point                     # back at the start: the model's again
