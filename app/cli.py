@@ -27,7 +27,8 @@ COMMANDS = {
 
 def usage() -> str:
     lines = ["usage: rotkws COMMAND [options]   (rotkws COMMAND --help for its options; rotkws --version)", ""]
-    lines += [f"  {name:<8}{text}" for name, (_, text) in COMMANDS.items()]
+    width = max(map(len, COMMANDS)) + 2
+    lines += [f"  {name:<{width}}{text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
