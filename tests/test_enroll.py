@@ -162,13 +162,31 @@ def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model
     assert result["hops"] == sum(len(c["times"]) for c in ref["cases"] if "wav" not in c)
     assert result["max_abs_diff"] <= ref["tolerance"]
 
-def test_the_threshold_is_set_by_real_negatives_not_by_synthetic_ones():
-    kind = np.array([enroll.PHRASE] * 4 + [enroll.SYNTHETIC] * 4 + [enroll.REAL] * 600)
+def test_the_threshold_is_set_by_real_negatives_heard_alone():
+    kind = np.array([enroll.PHRASE] * 4 + [enroll.SYNTHETIC] * 4 + [enroll.REAL] * 6)
     scores = np.full((len(kind), 20), 0.1)
     scores[kind == enroll.PHRASE, 5:9] = 0.97
     scores[kind == enroll.SYNTHETIC, 5:9] = 0.99                # hard pieces of the phrase
-    scores[-1, 3:5] = 0.8                                       # the loudest real negative
-    got = enroll.choose_threshold(scores, kind)
+    scores[-1, 5:9] = 0.995                                     # a word run into the one before it
+    alone = np.full((600, 20), 0.1)
+    alone[-1, 3:5] = 0.8                                        # the loudest real negative alone
+    alone[-2, 3] = 0.9                                          # one hop is not a run
+    got = enroll.choose_threshold(scores, kind, alone)
     assert got["threshold"] == 0.805
-    assert got["validation_positives_detected"] == 1.0 and got["validation_real_negatives_firing"] == 0.0
+    assert got["validation_positives_detected"] == 1.0 and got["validation_real_negatives_alone_firing"] == 0.0
     assert got["validation_synthetic_negatives_firing"] == 1.0
+    assert got["validation_real_negatives_firing"] == pytest.approx(1 / 6)
+
+
+def test_without_negatives_alone_the_threshold_is_the_highest():
+    kind = np.array([enroll.PHRASE, enroll.REAL])
+    assert enroll.choose_threshold(np.full((2, 5), 0.5), kind, np.zeros((0, 5)))["threshold"] == enroll.MAX_THRESHOLD
+
+
+def test_hop_scores_are_smoothed_as_the_runtime_smooths_them():
+    from app.detection import SMOOTHING_HOPS, moving_average
+    raw = np.random.default_rng(0).random((3, 30))
+    ours = enroll.smooth(raw)
+    for row, mine in zip(raw, ours):
+        runtime = moving_average(row[:, None], SMOOTHING_HOPS, np.zeros((0, 1)))[:, 0]
+        assert np.allclose(mine[SMOOTHING_HOPS - 1:], runtime[SMOOTHING_HOPS - 1:], atol=1e-12)
