@@ -48,6 +48,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
     ROTKWS_DATA=/data
+# `rotkws enroll` speaks the phrase with Debian's text-to-speech engines (unpinned: they follow
+# the base image's release, as .ci/run's do)
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 10001 --user-group rotkws
 WORKDIR /home/rotkws/rotkws
 COPY --chown=rotkws pyproject.toml README.md ./
