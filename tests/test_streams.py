@@ -91,6 +91,11 @@ def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  #
     assert main(as_argv(TINY, both)) == 0                   # clips beside the streams, both losses
     metrics = torch.load(tmp_path / "both" / "checkpoints" / "last.ckpt", weights_only=True)["rotkws"]["metrics"]
     assert np.isfinite(metrics["train/stream_loss"]) and np.isfinite(metrics["train/loss"])
+    capsys.readouterr()
+    conv = streams | {"model.frontend": "conv", "model.frontend_stride": "160", "model.frontend_kernel": "400",
+                      "trainer.init_from": "null", "trainer.run_dir": str(tmp_path / "conv")}
+    assert main(as_argv(TINY, conv)) == 2
+    assert "needs a network with the logmel front-end" in capsys.readouterr().err
     wider = streams | {"model.d_model": "24", "trainer.run_dir": str(tmp_path / "wider")}
     capsys.readouterr()
     assert main(as_argv(TINY, wider)) == 2

@@ -266,6 +266,9 @@ class KWSDataModule(L.LightningDataModule):
         if any(s.kind == "images" for s in self.cfg.source_list()):
             raise ClipError("log-mel image sources need a network with the logmel front-end "
                             "(model.frontend: logmel)")
+        if self.cfg.stream_seconds > 0:
+            raise ClipError("stream training (data.stream_seconds > 0) needs a network with the "
+                            "logmel front-end (model.frontend: logmel)")
         splits = {s: [] for s in SPLITS}
         for src in self.cfg.source_list():
             found = self._source_splits(src)
