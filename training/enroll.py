@@ -18,7 +18,6 @@
    that none of the held-out real negatives, each heard alone over noise at 5–20 dB SNR, reaches.
 """
 import argparse
-import copy
 import math
 import re
 import sys
@@ -41,6 +40,7 @@ from model.network import RotRNNClassifier, RotRNNConfig
 from training.augment import mix_pixels
 from training.features import decode_zip
 from training.paths import REPO, default_data_root
+from training.streams import IGNORE   # frame targets that are not scored
 
 from . import tts
 from .tts import SAMPLE_RATE, PhraseError
@@ -76,7 +76,6 @@ RT60_S = (0.1, 0.6)          # the room's reverberation time
 SPEED = (0.9, 1.1)           # synthetic clips resampled by this factor (tempo and pitch)
 GAIN_DB = (-12.0, 6.0)       # level of the item relative to its normalised peak
 PHRASE_CLASS, OTHER_CLASS = 0, 1   # the label order: (phrase, OTHER)
-IGNORE = -100                # frame target that is not scored
 PHRASE, SYNTHETIC, REAL = 0, 1, 2   # kinds of example, for the threshold
 VALIDATION_SHARE = 0.1       # examples held out to choose the threshold
 FALSE_ACCEPT_SHARE = 0.002   # threshold: at most this share of the held-out real negatives,
@@ -319,12 +318,7 @@ def frame_logits(net: RotRNNClassifier, h: Tensor) -> Tensor:
     """The trained part at every frame: top block, causal EMA pooling, norm, head.
     (B, T, d_model) → (B, T, classes)."""
     y, _ = net.blocks[-1](h, None)
-    T = y.shape[1]
-    t = torch.arange(T, device=y.device, dtype=torch.float64)
-    a = net.pool_decay
-    w = torch.tril((1 - a) * a ** (t[:, None] - t[None, :]).clamp(min=0))       # (T, T)
-    pooled = torch.einsum("ts,bsd->btd", w.to(y.dtype), y)
-    return net.head(net.norm(pooled))
+    return net.head(net.norm(net._ema_frames(y, None)))                        # the pooling at every frame
 
 
 def features(net: RotRNNClassifier, x: np.ndarray, batch: int) -> Tensor:
