@@ -17,7 +17,6 @@ the same clip followed by 1 s of silence, and alone without the flush's silence 
 """
 import argparse
 import datetime
-import functools
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from app.detection import detect
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
 from benchmarks import stream
 from benchmarks.plots import det_png
 from app.evaluate import evaluate
@@ -43,40 +43,23 @@ PNG = Path(__file__).resolve().parents[1] / "bench" / "stream_det.png"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def segments(data: Path, labels, hours: float, seed: int, keywords: bool):
-    """[(audio, events)] of `hours` of testing-split stream, 30 min per seeded segment."""
-    read = functools.cache(read_audio)
-    out, remaining, k = [], hours * 60, 0
-    while remaining > 1e-9:
-        minutes = min(stream.SEGMENT_MINUTES, remaining)
-        rng = np.random.default_rng(seed + k)
-        clips = stream.held_out_clips(data, labels, "testing", rng, read)
-        if not keywords:
-            clips = [c for c in clips if c[1] == stream.UNKNOWN]
-        out.append(stream.build_stream(clips, minutes, data, rng, read=read))
-        remaining -= minutes
-        k += 1
-    return out
-
-
 def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
     """The operating point's (events, misses, false accepts) and, with `sweep`, the DET rows."""
     totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS} if sweep else {}
+    rule = detection_settings(model, {})
+    rule.pop("flush_s")                                    # the tracks are scored, not flushed
     point, seconds = np.zeros(3, np.int64), 0.0
     for audio, events in streams:
         times, scores = stream.score_track(model, audio)
-        point += stream.score(KeywordSpotter(model).detector.update(times, scores), events, model.keywords)
+        point += stream.score(detect(times, scores, model.labels, model.keywords, **rule), events, model.keywords)
         if sweep:
             for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
                                                     stream.THRESHOLDS).items():
                 totals[th] += stream.score(dets, events, model.keywords)
         seconds += len(audio) / model.sample_rate
     hours = seconds / 3600
-    rows = [{"threshold": th, "keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
-             "miss_rate": m / max(1, n), "fa_per_hour": f / hours} for th, (n, m, f) in totals.items()]
-    n, m, f = point
-    return {"hours": hours, "rows": rows, "point": {"keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
-                                                     "miss_rate": m / max(1, n), "fa_per_hour": f / hours}}
+    return {"hours": hours, "rows": stream.det_rows(totals, hours),
+            "point": stream.rates(point, hours)}
 
 
 def end_of_input(model: KeywordModel, data: Path) -> dict:
@@ -171,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         models["default"] = DEFAULT_MODEL
     loaded = {name: KeywordModel(path) for name, path in models.items()}
     labels = next(iter(loaded.values())).labels
-    keyword_streams = segments(data, labels, args.hours, 0, keywords=True)
-    other_streams = segments(data, labels, args.other_hours, OTHER_SEED, keywords=False)
+    keyword_streams = list(stream.segments(data, labels, "testing", args.hours, 0))
+    other_streams = list(stream.segments(data, labels, "testing", args.other_hours, OTHER_SEED,
+                                         keep=lambda label: label == stream.UNKNOWN))
     results = {}
     for name, model in loaded.items():
         print(f"{name}: {model.path}", file=sys.stderr, flush=True)

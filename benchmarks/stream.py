@@ -156,30 +156,49 @@ def operating_point(rows: list[dict], fa_per_hour: float) -> dict | None:
     return min(ok, key=lambda r: (r["miss_rate"], r["threshold"])) if ok else None
 
 
-def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
-        thresholds=THRESHOLDS) -> dict:
-    """Run the spotter over `hours` of stream (segments of SEGMENT_MINUTES, seeds seed, seed+1,
-    …) and sweep the thresholds: {"rows": [{threshold, miss_rate, fa_per_hour, …}], "hours",
-    "keyword_events", "other_events", "segments", "seeds"}."""
-    totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
-    seconds, n_other, segments = 0.0, 0, 0
-    remaining = hours * 60
+def segments(data: Path, labels, split: str, hours: float, seed: int, keep=None):
+    """Yield (audio, events) for `hours` of `split` stream: segments of SEGMENT_MINUTES, seeded
+    seed, seed + 1, …; `keep(label)`, when given, picks the clips a segment may use."""
     read = functools.cache(read_audio)            # every segment draws from the same files
+    remaining, k = hours * 60, 0
     while remaining > 1e-9:
         minutes = min(SEGMENT_MINUTES, remaining)
-        rng = np.random.default_rng(seed + segments)
-        clips = held_out_clips(data, model.labels, split, rng, read)
-        stream, events = build_stream(clips, minutes, data, rng, read=read)
+        rng = np.random.default_rng(seed + k)
+        clips = held_out_clips(data, labels, split, rng, read)
+        if keep is not None:
+            clips = [c for c in clips if keep(c[1])]
+        yield build_stream(clips, minutes, data, rng, read=read)
+        remaining -= minutes
+        k += 1
+
+
+def rates(counts, hours: float) -> dict:
+    """(keyword events, misses, false accepts) over `hours` → those and the miss and FA rates."""
+    n, m, f = (int(c) for c in counts)
+    return {"keyword_events": n, "misses": m, "false_accepts": f, "miss_rate": m / max(1, n),
+            "fa_per_hour": f / hours}
+
+
+def det_rows(totals: dict, hours: float) -> list[dict]:
+    """{threshold: (keyword events, misses, false accepts)} over `hours` → the DET rows."""
+    return [{"threshold": th, **rates(counts, hours)} for th, counts in totals.items()]
+
+
+def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
+        thresholds=THRESHOLDS) -> dict:
+    """Run the spotter over `hours` of stream (`segments`) and sweep the thresholds: {"rows":
+    [{threshold, miss_rate, fa_per_hour, …}], "hours", "keyword_events", "other_events",
+    "segments", "seeds"}."""
+    totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
+    seconds, n_other, count = 0.0, 0, 0
+    for stream, events in segments(data, model.labels, split, hours, seed):
         times, scores = score_track(model, stream)
         for th, dets in sweep_detections(times, scores, model.labels, model.keywords, thresholds).items():
             totals[th] += score(dets, events, model.keywords)
         n_other += sum(e.label not in model.keywords for e in events)
         seconds += len(stream) / model.sample_rate
-        remaining -= minutes
-        segments += 1
-    hours_run = seconds / 3600
-    rows = [{"threshold": th, "keyword_events": int(n), "misses": int(m), "false_accepts": int(f),
-             "miss_rate": m / max(1, n), "fa_per_hour": f / hours_run} for th, (n, m, f) in totals.items()]
-    return {"rows": rows, "hours": hours_run, "keyword_events": int(rows[0]["keyword_events"]),
-            "other_events": n_other, "segments": segments, "seeds": list(range(seed, seed + segments)),
+        count += 1
+    rows = det_rows(totals, seconds / 3600)
+    return {"rows": rows, "hours": seconds / 3600, "keyword_events": int(rows[0]["keyword_events"]),
+            "other_events": n_other, "segments": count, "seeds": list(range(seed, seed + count)),
             "split": split}

@@ -14,7 +14,6 @@ measurement is stored beside it (`calibration`).
 """
 import argparse
 import datetime
-import functools
 import json
 import sys
 from pathlib import Path
@@ -22,10 +21,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS
-from app.spotter import KeywordModel, KeywordSpotter, ModelError, detection_settings
+from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
+from app.spotter import KeywordModel, ModelError, detection_settings
 from benchmarks import stream
-from corpus.clips import read_audio
 
 from .onnx import set_metadata
 
@@ -38,19 +36,10 @@ LAMBDAS = np.concatenate([[0.0], np.geomspace(1e-3, 1e4, 400)])   # misses trade
 
 
 def score_tracks(model: KeywordModel, data: Path, split: str, hours: float, seed: int):
-    """[(times, scores, events)] of the spotter over `hours` of `split` streams, one per segment."""
-    tracks, remaining, segment = [], hours * 60, 0
-    read = functools.cache(read_audio)
-    while remaining > 1e-9:
-        minutes = min(stream.SEGMENT_MINUTES, remaining)
-        rng = np.random.default_rng(seed + segment)
-        clips = stream.held_out_clips(data, model.labels, split, rng, read)
-        audio, events = stream.build_stream(clips, minutes, data, rng, read=read)
-        times, scores = stream.score_track(model, audio)
-        tracks.append((times, scores, events, len(audio) / model.sample_rate))
-        remaining -= minutes
-        segment += 1
-    return tracks
+    """[(times, scores, events, seconds)] of the spotter over `hours` of `split` streams, one per
+    segment (benchmarks/stream.py)."""
+    return [(*stream.score_track(model, audio), events, len(audio) / model.sample_rate)
+            for audio, events in stream.segments(data, model.labels, split, hours, seed)]
 
 
 def keyword_counts(model: KeywordModel, tracks, thresholds=THRESHOLDS) -> dict[str, np.ndarray]:
@@ -81,17 +70,13 @@ def choose(counts: dict[str, np.ndarray], hours: float, fa_per_hour: float,
     return {k: float(thresholds[-1]) for k in counts}
 
 
-def measure(model: KeywordModel, tracks, settings: dict) -> dict:
+def measure(model: KeywordModel, tracks, rule: dict) -> dict:
     """Misses and false accepts per hour of the whole rule (every keyword at its threshold)."""
-    n = misses = false = 0
-    seconds = 0.0
+    totals, seconds = np.zeros(3, np.int64), 0.0
     for times, scores, events, length in tracks:
-        spotter = KeywordSpotter(model, **settings)
-        dets = spotter.detector.update(times, scores)
-        t, m, f = stream.score(dets, events, model.keywords)
-        n, misses, false, seconds = n + t, misses + m, false + f, seconds + length
-    return {"keyword_events": n, "misses": misses, "miss_rate": misses / max(1, n),
-            "false_accepts": false, "fa_per_hour": false / (seconds / 3600), "hours": seconds / 3600}
+        totals += stream.score(detect(times, scores, model.labels, model.keywords, **rule), events, model.keywords)
+        seconds += length
+    return stream.rates(totals, seconds / 3600) | {"hours": seconds / 3600}
 
 
 def calibrate(model: KeywordModel, data: Path, *, hours: float = HOURS, fa_per_hour: float = FA_PER_HOUR,
@@ -100,13 +85,11 @@ def calibrate(model: KeywordModel, data: Path, *, hours: float = HOURS, fa_per_h
     tracks = score_tracks(model, data, split, hours, seed)
     run_hours = sum(t[3] for t in tracks) / 3600
     thresholds = choose(keyword_counts(model, tracks), run_hours, fa_per_hour)
-    settings = detection_settings(model, {}) | {"threshold": thresholds, "smoothing": SMOOTHING_HOPS,
-                                               "min_hops": MIN_HOPS, "refractory_s": REFRACTORY_S}
-    flush_s = settings.pop("flush_s")
-    measured = measure(model, tracks, settings)
-    return {"detection": settings | {"flush_s": flush_s},
+    rule = {"threshold": thresholds, "smoothing": SMOOTHING_HOPS, "min_hops": MIN_HOPS,
+            "refractory_s": REFRACTORY_S}                  # the rule keyword_counts swept
+    return {"detection": rule | {"flush_s": detection_settings(model, {})["flush_s"]},
             "calibration": {"split": split, "hours": round(run_hours, 3), "seeds": [seed, seed + len(tracks) - 1],
-                            "fa_per_hour_target": fa_per_hour, "measured": measured,
+                            "fa_per_hour_target": fa_per_hour, "measured": measure(model, tracks, rule),
                             "date": datetime.date.today().isoformat()}}
 
 

@@ -19,7 +19,7 @@ from corpus.splits import SPLITS, folder_splits, speaker_split
 from model import SAMPLE_RATE
 from model.logmel import FRAME_RATE
 
-from .features import FeatureClips, FeatureDataset, clip_features, image_splits, noise_pixels
+from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels
 from .paths import default_data_root
 from .streams import StreamDataset, StreamPool
 from .tasks import task_labels
@@ -319,7 +319,7 @@ class KWSDataModule(L.LightningDataModule):
                 raise ClipError(f"no training-split audio files in the wake-word folder {folder}")
             _, audio, skipped = read_clips_any_length(paths, self.sample_rate)
             self._skipped_audio += skipped
-            wake = [noise_pixels(x) for x in audio if len(x) >= self.sample_rate // 2]
+            wake = [recording_pixels(x) for x in audio if len(x) >= self.sample_rate // 2]
         if self.noise is None or not (labels == SILENCE).any() or not (labels == UNKNOWN).any():
             raise ClipError("stream training needs noise, `_silence_` and `_unknown_` examples")
         return StreamPool(training.pixels[keyword],
@@ -329,7 +329,7 @@ class KWSDataModule(L.LightningDataModule):
 
     def _noise_pixels(self, training: FeatureClips) -> np.ndarray | None:
         """Pixel frames to mix in: the noise recordings' and the training noise images'."""
-        parts = [] if self.noise is None else [noise_pixels(self.noise)]
+        parts = [] if self.noise is None else [recording_pixels(self.noise)]
         if SILENCE in self.labels:
             silent = training.select(np.array(training.labels) == SILENCE).pixels
             parts.append(silent.reshape(-1, silent.shape[-1]))

@@ -143,10 +143,11 @@ def clip_features(clips: list[Clip], audio: list[np.ndarray]) -> FeatureClips:
     return FeatureClips(audio_pixels(audio), [c.label for c in clips], [c.speaker for c in clips])
 
 
-def noise_pixels(noise: np.ndarray) -> np.ndarray:
-    """A long noise recording (samples,) → its pixel frames (M, N_MELS) uint8, for mixing."""
+def recording_pixels(audio: np.ndarray) -> np.ndarray:
+    """A recording of any length (samples,) → its pixel frames (M, N_MELS) uint8: long noise
+    for mixing, or a whole phrase (stream training's other phrases)."""
     with torch.no_grad():
-        pixels = LogMelPixels()(torch.from_numpy(noise)[None])[0]
+        pixels = LogMelPixels()(torch.from_numpy(audio)[None])[0]
     return pixels.round().to(torch.uint8).numpy()
 
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.logmel import FRAME_RATE, PIXEL_MAX, PIXEL_SLOPE, pixels_from_power, power_from_pixels
+from model.logmel import FRAME_RATE, pixels_from_power, power_from_pixels
+
+from .augment import gain_pixels
 
 IGNORE = -100                  # frames without a target (cross_entropy's ignore_index)
 KEYWORD_FRAMES = 100           # the keyword's target: 1 s from the end of its speech (the
@@ -70,12 +72,6 @@ class StreamPool:
     other_weights: np.ndarray | None = None   # (U,) draw weights of `others` (hard negatives)
 
 
-def gain(pixels: np.ndarray, db: float) -> np.ndarray:
-    """Scale the audio by `db` decibels: an offset of the pixels above 0 (augment.gain_pixels)."""
-    offset = PIXEL_SLOPE * np.log(10) / 10 * db
-    return np.where(pixels > 0, np.clip(pixels + offset, 0, PIXEL_MAX), pixels)
-
-
 @dataclass(frozen=True)
 class Placed:
     """Where a clip went in a sequence (frames): its kind, label index, start, and its speech."""
@@ -100,7 +96,8 @@ def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
         kind = kinds[rng.choice(len(kinds), p=np.array(shares) / sum(shares))]
         clip, label = _draw(pool, kind, rng)
         n = min(len(clip), frames - t)
-        pixels[t:t + n] = gain(clip[:n].astype(np.float32), rng.uniform(-CLIP_GAIN_DB, CLIP_GAIN_DB))
+        db = torch.tensor([rng.uniform(-CLIP_GAIN_DB, CLIP_GAIN_DB)], dtype=torch.float32)
+        pixels[t:t + n] = gain_pixels(torch.from_numpy(clip[None, :n].astype(np.float32)), db)[0].numpy()
         start, end = speech_span(clip) if kind != "noise" else (0, 0)
         if kind == "keyword":
             targets[t:t + end] = IGNORE
