@@ -227,7 +227,7 @@ def mode_row(label: str, ms: tuple, flops: dict | None, peak: float) -> str:
     floor = 1e3 * sum(flops.values()) / (peak * 1e9)
     return (f"| {label} | {ms[0]:.2f} ({ms[1]:.2f}) | {sum(flops.values()) / 1e6:.1f} M "
             f"({flops.get('matmul', 0) / 1e6:.1f} + {flops.get('elementwise', 0) / 1e6:.1f}) | "
-            f"{floor:.3f} ms | {ms[1] / floor:.0f}× |")
+            f"{floor:.3f} ms | {ms[1] / floor:.1f}× |")
 
 
 def describe_model(path: Path, model: KeywordModel, export: dict | None) -> str:
