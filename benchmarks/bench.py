@@ -328,7 +328,7 @@ def markdown(r: dict) -> str:
               f"The runtime's `KeywordSpotter` as the demo runs it ({1000 * HOP_SECONDS:.0f} ms hops, the "
               f"detection rules of `app/detection.py`), fed {stream.FEED_SECONDS:g} s at a time; a hit is the "
               f"right keyword from the clip's start to {stream.HIT_WINDOW_S:g} s after its end, anything else "
-              f"a false accept. Sweep: thresholds {stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.3f}; "
+              f"a false accept. Sweep: thresholds {stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}; "
               f"{st['seconds'] / 60:.1f} min to run.", "",
               "| operating point | result |", "| --- | --- |"]
     lines += [f"| ≤ {name} | {point_text(p, st['hours'])} |" for name, p in st["points"].items()]

@@ -114,7 +114,7 @@ def report(results: dict, hours: float, other_hours: float) -> str:
     first = next(iter(results.values()))
     lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {first['stream']['point']['keyword_events']} "
               f"keywords of testing-split speakers; the DET columns sweep one threshold for every keyword "
-              f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.3f}), the operating point is the model's "
+              f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}), the operating point is the model's "
               f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
               f"DET curve: [bench/stream_det.png](bench/stream_det.png)."]
     return "\n".join(lines)

@@ -30,7 +30,10 @@ HELD_OUT_PHRASE = "snowboy"   # never trained on (it evaluates `rotkws enroll`):
 WAKEWORD_CLIPS = 120          # wake-word recordings drawn into each segment's clip pool
 SEGMENT_MINUTES = 30.0        # one seeded stream; longer runs are several segments
 FEED_SECONDS = 1.0            # audio handed to the spotter per call
-THRESHOLDS = np.round(np.arange(0.30, 0.9995, 0.005), 3)
+# the sweep: every 0.005 from 0.30, then 1 − 10^−x for x = 2 … 4 by 0.1 (a model trained without
+# label smoothing puts its confident keywords above 0.99, where the low false-accept rates are)
+THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.30, 0.99, 0.005),
+                                                1 - 10.0 ** -np.arange(2.0, 4.05, 0.1)]), 5))
 
 
 @dataclass
