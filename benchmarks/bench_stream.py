@@ -112,8 +112,11 @@ def report(results: dict, hours: float, other_hours: float) -> str:
                      f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
                      f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} |")
     first = next(iter(results.values()))
-    lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {first['stream']['point']['keyword_events']} "
-              f"keywords of testing-split speakers; the DET columns sweep one threshold for every keyword "
+    events, clips = first['stream']['point']['keyword_events'], first['end']['clips']
+    lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {events} "
+              f"keywords of testing-split speakers, from {clips} distinct clips (each heard about "
+              f"{events / max(1, clips):.0f} times, at other gaps, noise and SNRs: one clip confidently heard as "
+              f"another keyword costs about that many false accepts); the DET columns sweep one threshold for every keyword "
               f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}), the operating point is the model's "
               f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
               f"DET curve: [bench/stream_det.png](bench/stream_det.png)."]

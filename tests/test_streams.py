@@ -9,8 +9,8 @@ import torch
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.streams import (IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES, StreamPool,
-                              build_sequence, speech_span)
+from training.streams import (HARD_NEGATIVE_GAIN, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES,
+                              StreamPool, build_sequence, hard_weights, speech_span)
 
 from test_training import TINY, as_argv, clip_root, tiny_overrides  # noqa: F401  (a fixture)
 
@@ -72,6 +72,41 @@ def test_a_keyword_is_asked_for_only_after_it_is_said():
                 assert (targets[max(p.start, SETTLE_FRAMES):p.start + 98] == 3).all()
         assert np.array_equal(keyword_frames, expected)                    # nowhere else
     assert seen == {"keyword", "other", "wake", "noise"}
+
+
+class FixedScores(torch.nn.Module):
+    """A stand-in network whose class probabilities are given per clip (its first pixel picks the row)."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.log_probs = torch.log(torch.tensor(probs))
+
+    def forward_features(self, pixels):
+        return self.log_probs[pixels[:, 0, 0].long()], None
+
+
+def test_hard_weights_count_only_the_keywords_a_clip_is_not():
+    # classes: keyword 0, keyword 1, _unknown_ 2, _silence_ 3; clip i's probabilities are row i
+    probs = [[0.9, 0.05, 0.03, 0.02],      # keyword 0, sure of itself: hardly a hard example
+             [0.3, 0.6, 0.05, 0.05],       # keyword 1, 0.3 of keyword 0: a hard one
+             [0.1, 0.7, 0.1, 0.1]]         # an _unknown_ clip heard as keyword 1
+    pixels = np.zeros((3, 98, F), np.uint8)
+    pixels[:, 0, 0] = [0, 1, 2]
+    net = FixedScores(probs)
+    keywords = hard_weights(net, pixels[:2], [0, 1], own=np.array([0, 1]))
+    assert np.allclose(keywords, [1 + HARD_NEGATIVE_GAIN * 0.05, 1 + HARD_NEGATIVE_GAIN * 0.3])
+    assert np.allclose(hard_weights(net, pixels[2:], [0, 1]), [1 + HARD_NEGATIVE_GAIN * 0.7])
+
+
+def test_weighted_draws_follow_the_weights():
+    p = pool()
+    p.keyword_weights = np.array([1.0, 9.0])                # the second keyword 9× as often
+    rng = np.random.default_rng(0)
+    placed = []
+    for _ in range(40):
+        build_sequence(p, 600, rng, placed)
+    labels = [c.label for c in placed if c.kind == "keyword"]
+    assert 0.8 < labels.count(1) / len(labels) < 0.97, (labels.count(1), len(labels))
 
 
 def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  # noqa: F811

@@ -23,7 +23,7 @@ from model.classifiers import DEFAULT_ARCH, config_class, load_checkpoint
 from .config import ConfigError, TrainConfig, load_config
 from .data import KWSDataModule
 from .module import KWSModule
-from .streams import other_weights
+from .streams import hard_weights
 from .tasks import task_labels
 
 USAGE = "rotkws train --config FILE [--section.key VALUE ...] [--resume]"
@@ -125,10 +125,11 @@ def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KW
     module.noise = None if dm.noise is None else torch.from_numpy(dm.noise)
     if cfg.trainer.init_from:
         init_weights(module, Path(cfg.trainer.init_from))
-    if dm.streams is not None:                            # hard negatives of the starting weights
+    if dm.streams is not None:                            # hard examples of the starting weights
         pool = dm.streams.pool
         columns = [i for i, label in enumerate(module.net.cfg.labels) if i not in (pool.unknown, pool.silence)]
-        pool.other_weights = other_weights(module.net, pool.others, columns)
+        pool.other_weights = hard_weights(module.net, pool.others, columns)
+        pool.keyword_weights = hard_weights(module.net, pool.keywords, columns, own=pool.keyword_labels)
     return trainer_for(cfg, len(dm.sets["validation"]) > 0, list(callbacks)), module, dm
 
 

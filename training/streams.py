@@ -18,9 +18,11 @@ noise slice (`_silence_`). The targets ask for the keyword only once it has been
 The first SETTLE_FRAMES of a sequence have no target either: training carries each row's
 state from one batch to the next (training/module.py), so they may follow a keyword.
 
-Hard negatives: `other_weights` scores every `_unknown_` clip with the model being fine-tuned
-and draws the ones it mistakes for a keyword more often (weight 1 + HARD_NEGATIVE_GAIN × its
-best keyword probability).
+Hard examples: `hard_weights` scores every `_unknown_` clip and every keyword clip with the
+model being fine-tuned and draws the ones it mistakes for a keyword (for another keyword) more
+often: weight 1 + HARD_NEGATIVE_GAIN × the best probability it gives a keyword the clip is not.
+On a stream most false accepts are one keyword heard as another (on → off, down → go), so the
+keyword clips near another keyword are the hard negatives of that other keyword.
 """
 from dataclasses import dataclass
 
@@ -41,7 +43,7 @@ GAP_SECONDS = (0.05, 1.2)      # silence between clips, uniform
 SEGMENT_SHARES = {"keyword": 0.4, "other": 0.3, "wake": 0.1, "noise": 0.2}   # what each clip is
 SNR_DB = (0.0, 25.0)           # speech-to-noise ratio of a sequence's noise bed, uniform
 CLIP_GAIN_DB = 10.0            # each clip's level, uniform in ±this
-HARD_NEGATIVE_GAIN = 4.0       # weight of an `_unknown_` clip: 1 + this × its best keyword probability
+HARD_NEGATIVE_GAIN = 4.0       # draw weight of a clip: 1 + this × its best wrong keyword's probability
 SPEECH_FLOOR = 0.4             # speech frames: band mean above lo + this × (peak − lo) …
 SPEECH_RANGE = 40.0            # … and within this many pixels of the peak frame (≈ 18 dB)
 VIRTUAL_EXAMPLES = 10_000_000  # indices a sampler draws from: every draw a fresh sequence
@@ -69,7 +71,8 @@ class StreamPool:
     noise: np.ndarray               # (M, F) uint8, noise frames for the bed
     unknown: int                    # label index of `_unknown_`
     silence: int                    # label index of `_silence_`
-    other_weights: np.ndarray | None = None   # (U,) draw weights of `others` (hard negatives)
+    other_weights: np.ndarray | None = None     # (U,) draw weights of `others` (hard negatives)
+    keyword_weights: np.ndarray | None = None   # (K,) draw weights of `keywords` (hard_weights)
 
 
 @dataclass(frozen=True)
@@ -126,14 +129,19 @@ def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
 
 def _draw(pool: StreamPool, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, int]:
     if kind == "keyword":
-        i = int(rng.integers(len(pool.keywords)))
+        i = _pick(len(pool.keywords), pool.keyword_weights, rng)
         return pool.keywords[i], int(pool.keyword_labels[i])
     if kind == "other":
-        p = None if pool.other_weights is None else pool.other_weights / pool.other_weights.sum()
-        return pool.others[int(rng.choice(len(pool.others), p=p))], pool.unknown
+        return pool.others[_pick(len(pool.others), pool.other_weights, rng)], pool.unknown
     if kind == "wake" and pool.wake:
         return pool.wake[int(rng.integers(len(pool.wake)))], pool.unknown
     return pool.noise_clips[int(rng.integers(len(pool.noise_clips)))], pool.silence
+
+
+def _pick(n: int, weights: np.ndarray | None, rng: np.random.Generator) -> int:
+    if weights is None:
+        return int(rng.integers(n))
+    return int(rng.choice(n, p=weights / weights.sum()))
 
 
 class StreamDataset(torch.utils.data.Dataset):
@@ -152,14 +160,20 @@ class StreamDataset(torch.utils.data.Dataset):
 
 
 @torch.no_grad()
-def other_weights(net, others: np.ndarray, keyword_columns: list[int], batch: int = 512) -> np.ndarray:
-    """Hard negatives: 1 + HARD_NEGATIVE_GAIN × the best keyword probability `net` gives each
-    `_unknown_` clip (read from silence, scored at its end)."""
+def hard_weights(net, pixels: np.ndarray, keyword_columns: list[int], own: np.ndarray | None = None,
+                 batch: int = 512) -> np.ndarray:
+    """Draw weights of clips (N, T, F): 1 + HARD_NEGATIVE_GAIN × the best probability `net` gives
+    a keyword column other than the clip's own label index (`own`, (N,); None: every keyword
+    column counts, as for `_unknown_` clips), each clip read from silence and scored at its end."""
     was = net.training
     net.eval()
+    columns = torch.tensor(keyword_columns)
     best = []
-    for s in range(0, len(others), batch):
-        logits, _ = net.forward_features(torch.from_numpy(others[s:s + batch].astype(np.float32)))
-        best.append(logits.softmax(-1)[:, keyword_columns].max(-1).values.numpy())
+    for s in range(0, len(pixels), batch):
+        logits, _ = net.forward_features(torch.from_numpy(pixels[s:s + batch].astype(np.float32)))
+        probs = logits.softmax(-1)
+        if own is not None:                                   # a clip's own keyword is no mistake
+            probs[torch.arange(len(probs)), torch.from_numpy(own[s:s + batch]).long()] = 0.0
+        best.append(probs[:, columns].max(-1).values.numpy())
     net.train(was)
     return 1 + HARD_NEGATIVE_GAIN * np.concatenate(best)
