@@ -9,7 +9,7 @@ import torch
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.streams import (HARD_NEGATIVE_GAIN, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES,
+from training.streams import (CLEAN_SHARE, HARD_NEGATIVE_GAIN, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES,
                               StreamPool, build_sequence, hard_weights, speech_span)
 
 from test_training import TINY, as_argv, clip_root, tiny_overrides  # noqa: F401  (a fixture)
@@ -72,6 +72,12 @@ def test_a_keyword_is_asked_for_only_after_it_is_said():
                 assert (targets[max(p.start, SETTLE_FRAMES):p.start + 98] == 3).all()
         assert np.array_equal(keyword_frames, expected)                    # nowhere else
     assert seen == {"keyword", "other", "wake", "noise"}
+
+
+def test_some_sequences_keep_digital_silence_between_the_clips():
+    rng = np.random.default_rng(1)
+    silent = [not build_sequence(pool(), 300, rng)[0][0].any() for _ in range(300)]   # frame 0 is a gap
+    assert abs(np.mean(silent) - CLEAN_SHARE) < 0.07, np.mean(silent)
 
 
 class FixedScores(torch.nn.Module):

@@ -5,6 +5,7 @@ and after, long non-keyword speech, a state carried for minutes. Here each examp
 sequence of `frames` log-mel pixel frames (100 per second) built from the training split:
 
     gap · clip · gap · clip · …     over one noise bed mixed in as power, at a random SNR
+                                    (or, CLEAN_SHARE of them, over digital silence)
 
 where a clip is a keyword, another word (`_unknown_`), a wake-word recording of another phrase
 (`_unknown_`: the `alexa` recordings; never `snowboy`, which evaluates `rotkws enroll`) or a
@@ -42,6 +43,8 @@ UNKNOWN_TAIL_FRAMES = 100      # other speech stays `_unknown_` this long after 
 GAP_SECONDS = (0.05, 1.2)      # silence between clips, uniform
 SEGMENT_SHARES = {"keyword": 0.4, "other": 0.3, "wake": 0.1, "noise": 0.2}   # what each clip is
 SNR_DB = (0.0, 25.0)           # speech-to-noise ratio of a sequence's noise bed, uniform
+CLEAN_SHARE = 0.2              # sequences with no noise bed: the clips between digital silence, as
+                               # a file or a quiet microphone gives them (the demo's path)
 CLIP_GAIN_DB = 10.0            # each clip's level, uniform in ±this
 HARD_NEGATIVE_GAIN = 4.0       # draw weight of a clip: 1 + this × its best wrong keyword's probability
 SPEECH_FLOOR = 0.4             # speech frames: band mean above lo + this × (peak − lo) …
@@ -118,6 +121,8 @@ def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
             placed.append(Placed(kind, label, t, t + start, t + end))
         t += max(len(clip), after) + int(rng.uniform(*GAP_SECONDS) * FRAME_RATE)
     targets[:SETTLE_FRAMES] = IGNORE
+    if rng.uniform() < CLEAN_SHARE:
+        return pixels, targets
     # one noise bed under the whole sequence, at an SNR against the speech frames' mean power
     start = int(rng.integers(0, len(pool.noise) - frames))
     bed = power_from_pixels(torch.from_numpy(pool.noise[start:start + frames].astype(np.float32)))
