@@ -49,9 +49,13 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
     rule = detection_settings(model, {})
     rule.pop("flush_s")                                    # the tracks are scored, not flushed
     point, seconds = np.zeros(3, np.int64), 0.0
+    by_snr = np.zeros((len(stream.SNRS_DB), 2), np.int64)          # keyword events, misses
     for audio, events in streams:
         times, scores = stream.score_track(model, audio)
-        point += stream.score(detect(times, scores, model.labels, model.keywords, **rule), events, model.keywords)
+        found = detect(times, scores, model.labels, model.keywords, **rule)
+        point += stream.score(found, events, model.keywords)
+        for i in range(len(stream.SNRS_DB)):                       # the k-th clip is at SNRS_DB[k % 3]
+            by_snr[i] += stream.score(found, events[i::len(stream.SNRS_DB)], model.keywords)[:2]
         if sweep:
             for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
                                                     stream.THRESHOLDS).items():
@@ -59,7 +63,8 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
         seconds += len(audio) / model.sample_rate
     hours = seconds / 3600
     return {"hours": hours, "rows": stream.det_rows(totals, hours),
-            "point": stream.rates(point, hours)}
+            "point": stream.rates(point, hours),
+            "missed_by_snr": {snr: int(m) / max(1, int(n)) for snr, (n, m) in zip(stream.SNRS_DB, by_snr)}}
 
 
 def end_of_input(model: KeywordModel, data: Path) -> dict:
@@ -94,9 +99,10 @@ def pct(x: float) -> str:
 
 def report(results: dict, hours: float, other_hours: float) -> str:
     lines = ["| model | clip accuracy, testing split | missed at 1 FA/h | missed at 1 FA/10 h | its operating point: missed, FA/h | "
+             f"missed at its operating point, {' / '.join(f'{snr:g}' for snr in stream.SNRS_DB)} dB SNR | "
              f"FA/h on non-keyword speech ({other_hours:g} h), operating point | keyword at the end of a 1 s clip: "
              f"found alone / without flush / + {END_SILENCE_S:g} s silence |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
         cells = []
         for fa in FA_POINTS.values():
@@ -108,14 +114,15 @@ def report(results: dict, hours: float, other_hours: float) -> str:
                  else f"per keyword {min(thresholds.values()):.2f}–{max(thresholds.values()):.2f}")
         acc = r["clips"]
         lines.append(f"| {name} | {pct(acc['accuracy'])} of {acc['n']} | {cells[0]} | {cells[1]} | {pct(op['miss_rate'])}, {op['fa_per_hour']:.2f} "
-                     f"(threshold {shown}) | {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
+                     f"(threshold {shown}) | {' / '.join(pct(m) for m in r['stream']['missed_by_snr'].values())} "
+                     f"| {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
                      f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
                      f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} |")
     first = next(iter(results.values()))
     events, clips = first['stream']['point']['keyword_events'], first['end']['clips']
     lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {events} "
               f"keywords of testing-split speakers, from {clips} distinct clips (each heard about "
-              f"{events / max(1, clips):.0f} times, at other gaps, noise and SNRs: one clip confidently heard as "
+              f"{events / max(1, clips):.1f} times, at other gaps, noise and SNRs: one clip confidently heard as "
               f"another keyword costs about that many false accepts); the DET columns sweep one threshold for every keyword "
               f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}), the operating point is the model's "
               f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
