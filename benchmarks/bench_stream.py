@@ -54,8 +54,8 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
         times, scores = stream.score_track(model, audio)
         found = detect(times, scores, model.labels, model.keywords, **rule)
         point += stream.score(found, events, model.keywords)
-        for i in range(len(stream.SNRS_DB)):                       # the k-th clip is at SNRS_DB[k % 3]
-            by_snr[i] += stream.score(found, events[i::len(stream.SNRS_DB)], model.keywords)[:2]
+        for i, snr in enumerate(stream.SNRS_DB):
+            by_snr[i] += stream.score(found, [e for e in events if e.snr_db == snr], model.keywords)[:2]
         if sweep:
             for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
                                                     stream.THRESHOLDS).items():

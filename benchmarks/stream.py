@@ -41,6 +41,7 @@ class Event:
     label: str       # the clip's label; only keywords can be hit
     start_s: float
     end_s: float
+    snr_db: float | None = None   # speech-to-noise ratio it was mixed at (build_stream)
 
 
 def wake_recordings(data: Path, split: str) -> list[Path]:
@@ -97,9 +98,10 @@ def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000, rea
         pos += gap
         speech_rms = np.sqrt(np.mean(audio ** 2)) + 1e-9
         stream[pos:pos + len(audio)] += audio
-        noise_rms = speech_rms / 10 ** (SNRS_DB[k % len(SNRS_DB)] / 20)
+        snr = SNRS_DB[k % len(SNRS_DB)]
+        noise_rms = speech_rms / 10 ** (snr / 20)
         stream[pos - lead:pos + len(audio)] += noise_rms * bed[pos - lead:pos + len(audio)]
-        events.append(Event(label, pos / rate, (pos + len(audio)) / rate))
+        events.append(Event(label, pos / rate, (pos + len(audio)) / rate, snr))
         pos += len(audio)
     return np.clip(stream[:pos + rate], -1, 1), events
 
