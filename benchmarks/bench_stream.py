@@ -46,6 +46,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
     """The operating point's (events, misses, false accepts) and, with `sweep`, the DET rows."""
     totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS} if sweep else {}
+    sources = {th: np.zeros(len(stream.FA_SOURCES), np.int64) for th in totals}   # false accepts by kind
     rule = detection_settings(model, {})
     rule.pop("flush_s")                                    # the tracks are scored, not flushed
     point, seconds = np.zeros(3, np.int64), 0.0
@@ -59,10 +60,14 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
         if sweep:
             for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
                                                     stream.THRESHOLDS).items():
-                totals[th] += stream.score(dets, events, model.keywords)
+                targets, hit, false = stream.matched(dets, events, model.keywords)
+                totals[th] += (len(targets), len(targets) - len(hit), len(false))
+                sources[th] += stream.false_accept_sources(false, events, model.keywords)
         seconds += len(audio) / model.sample_rate
     hours = seconds / 3600
-    return {"hours": hours, "rows": stream.det_rows(totals, hours),
+    rows = [r | {"sources": dict(zip(stream.FA_SOURCES, sources[r["threshold"]].tolist()))}
+            for r in stream.det_rows(totals, hours)]
+    return {"hours": hours, "rows": rows,
             "point": stream.rates(point, hours),
             "missed_by_snr": {snr: int(m) / max(1, int(n)) for snr, (n, m) in zip(stream.SNRS_DB, by_snr)}}
 
@@ -101,10 +106,11 @@ def report(results: dict, hours: float, other_hours: float) -> str:
     lines = ["| model | clip accuracy, testing split | missed at 1 FA/h | missed at 1 FA/10 h | its operating point: missed, FA/h | "
              f"missed at its operating point, {' / '.join(f'{snr:g}' for snr in stream.SNRS_DB)} dB SNR | "
              f"FA/h on non-keyword speech ({other_hours:g} h), operating point | keyword at the end of a 1 s clip: "
-             f"found alone / without flush / + {END_SILENCE_S:g} s silence |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"found alone / without flush / + {END_SILENCE_S:g} s silence | "
+             f"false accepts at the 1 FA/h point: {' / '.join(stream.FA_SOURCES)} |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
-        cells = []
+        cells, first_point = [], stream.operating_point(r["stream"]["rows"], FA_POINTS["1 FA/h"])
         for fa in FA_POINTS.values():
             p = stream.operating_point(r["stream"]["rows"], fa)
             cells.append(f"{pct(p['miss_rate'])} (threshold {p['threshold']:.3f})" if p else "not reached")
@@ -117,7 +123,8 @@ def report(results: dict, hours: float, other_hours: float) -> str:
                      f"(threshold {shown}) | {' / '.join(pct(m) for m in r['stream']['missed_by_snr'].values())} "
                      f"| {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
                      f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
-                     f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} |")
+                     f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} | "
+                     + (" / ".join(str(n) for n in first_point["sources"].values()) if first_point else "–") + " |")
     first = next(iter(results.values()))
     events, clips = first['stream']['point']['keyword_events'], first['end']['clips']
     lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {events} "

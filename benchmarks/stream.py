@@ -114,11 +114,13 @@ def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np
     return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
 
 
-def score(detections, events, keywords) -> tuple[int, int, int]:
-    """(keyword events, misses, false accepts)."""
+def matched(detections, events, keywords) -> tuple[list, set, list]:
+    """(keyword events, indices of the ones hit, the false accepts): each detection hits the
+    first unhit event of its keyword that began before it and ended at most HIT_WINDOW_S
+    earlier; a detection that hits none is a false accept."""
     targets = [e for e in events if e.label in keywords]
     starts = np.array([e.start_s for e in targets])
-    hit, false = set(), 0
+    hit, false = set(), []
     for d in detections:
         first = int(np.searchsorted(starts, d.time_s - 60.0))     # no clip is a minute long
         last = int(np.searchsorted(starts, d.time_s, side="right"))   # clips begun by then
@@ -127,8 +129,33 @@ def score(detections, events, keywords) -> tuple[int, int, int]:
         if match:
             hit.add(match[0])
         else:
-            false += 1
-    return len(targets), len(targets) - len(hit), false
+            false.append(d)
+    return targets, hit, false
+
+
+def score(detections, events, keywords) -> tuple[int, int, int]:
+    """(keyword events, misses, false accepts)."""
+    targets, hit, false = matched(detections, events, keywords)
+    return len(targets), len(targets) - len(hit), len(false)
+
+
+FA_SOURCES = ("another keyword", "its keyword again", "other speech", "no speech")
+
+
+def false_accept_sources(false, events, keywords) -> np.ndarray:
+    """False accepts (`matched`'s third item) counted by what was heard where each fired (a clip from its start to
+    HIT_WINDOW_S after its end, as for hits): another keyword's clip (one keyword heard as
+    another), a clip of its own keyword already hit (a second detection), other speech (an
+    `_unknown_` clip) or none (gaps, noise): counts in the order of FA_SOURCES."""
+    out = np.zeros(len(FA_SOURCES), np.int64)
+    starts = np.array([e.start_s for e in events])
+    for d in false:
+        first = int(np.searchsorted(starts, d.time_s - 60.0))
+        last = int(np.searchsorted(starts, d.time_s, side="right"))
+        heard = [e.label for e in events[first:last] if d.time_s <= e.end_s + HIT_WINDOW_S]
+        spoken = [h for h in heard if h in keywords]
+        out[0 if any(h != d.keyword for h in spoken) else 1 if spoken else 2 if heard else 3] += 1
+    return out
 
 
 def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds):

@@ -69,6 +69,11 @@ def test_score_counts_hits_misses_and_false_accepts():
             Detection("yes", 7.5, 0.9),      # wrong keyword: false
             Detection("yes", 11.9, 0.9)]     # within the window after the last clip: hit
     assert stream.score(dets, events, KEYWORDS) == (3, 1, 3)
+    dets.append(Detection("up", 14.0, 0.9))  # 2 s after the last clip's end: nothing heard there
+    targets, hit, false = stream.matched(dets, events, KEYWORDS)
+    assert [d.time_s for d in false] == [2.8, 4.5, 7.5, 14.0]
+    sources = dict(zip(stream.FA_SOURCES, stream.false_accept_sources(false, events, KEYWORDS).tolist()))
+    assert sources == {"another keyword": 1, "its keyword again": 1, "other speech": 1, "no speech": 1}
 
 
 def test_stream_is_seeded_and_its_ground_truth_is_where_the_speech_is(shared_data):
