@@ -110,10 +110,9 @@ def report(results: dict, hours: float, other_hours: float) -> str:
              f"false accepts at the 1 FA/h point: {' / '.join(stream.FA_SOURCES)} |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
-        cells, first_point = [], stream.operating_point(r["stream"]["rows"], FA_POINTS["1 FA/h"])
-        for fa in FA_POINTS.values():
-            p = stream.operating_point(r["stream"]["rows"], fa)
-            cells.append(f"{pct(p['miss_rate'])} (threshold {p['threshold']:.3f})" if p else "not reached")
+        points = {k: stream.operating_point(r["stream"]["rows"], fa) for k, fa in FA_POINTS.items()}
+        cells = [f"{pct(p['miss_rate'])} (threshold {p['threshold']:.3f})" if p else "not reached"
+                 for p in points.values()]
         op, other, end = r["stream"]["point"], r["other"]["point"], r["end"]
         thresholds = r["threshold"]
         shown = (f"{thresholds:g}" if not isinstance(thresholds, dict)
@@ -124,7 +123,8 @@ def report(results: dict, hours: float, other_hours: float) -> str:
                      f"| {other['fa_per_hour']:.2f} ({other['false_accepts']} in "
                      f"{r['other']['hours']:.2g} h) | {pct(end['alone'])} / {pct(end['alone, flush_s = 0'])} / "
                      f"{pct(end[f'+ {END_SILENCE_S:g} s silence'])} of {end['clips']} | "
-                     + (" / ".join(str(n) for n in first_point["sources"].values()) if first_point else "–") + " |")
+                     + (" / ".join(str(n) for n in points["1 FA/h"]["sources"].values())
+                        if points["1 FA/h"] else "–") + " |")
     first = next(iter(results.values()))
     events, clips = first['stream']['point']['keyword_events'], first['end']['clips']
     lines += ["", f"Keyword stream: {first['stream']['hours']:.2f} h, {events} "

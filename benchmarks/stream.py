@@ -114,18 +114,24 @@ def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np
     return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
 
 
+def heard_at(events, starts: np.ndarray, time_s: float) -> list[int]:
+    """Indices of the events (in start order; `starts` their start times) heard at `time_s`: begun
+    by then and ended at most HIT_WINDOW_S earlier."""
+    first = int(np.searchsorted(starts, time_s - 60.0))        # no clip is a minute long
+    last = int(np.searchsorted(starts, time_s, side="right"))  # clips begun by then
+    return [i for i in range(first, last) if time_s <= events[i].end_s + HIT_WINDOW_S]
+
+
 def matched(detections, events, keywords) -> tuple[list, set, list]:
     """(keyword events, indices of the ones hit, the false accepts): each detection hits the
-    first unhit event of its keyword that began before it and ended at most HIT_WINDOW_S
-    earlier; a detection that hits none is a false accept."""
+    first unhit event of its keyword heard where it fired (`heard_at`); a detection that hits
+    none is a false accept."""
     targets = [e for e in events if e.label in keywords]
     starts = np.array([e.start_s for e in targets])
     hit, false = set(), []
     for d in detections:
-        first = int(np.searchsorted(starts, d.time_s - 60.0))     # no clip is a minute long
-        last = int(np.searchsorted(starts, d.time_s, side="right"))   # clips begun by then
-        match = [i for i in range(first, last) if targets[i].label == d.keyword
-                 and d.time_s <= targets[i].end_s + HIT_WINDOW_S and i not in hit]
+        match = [i for i in heard_at(targets, starts, d.time_s)
+                 if targets[i].label == d.keyword and i not in hit]
         if match:
             hit.add(match[0])
         else:
@@ -143,16 +149,14 @@ FA_SOURCES = ("another keyword", "its keyword again", "other speech", "no speech
 
 
 def false_accept_sources(false, events, keywords) -> np.ndarray:
-    """False accepts (`matched`'s third item) counted by what was heard where each fired (a clip from its start to
-    HIT_WINDOW_S after its end, as for hits): another keyword's clip (one keyword heard as
-    another), a clip of its own keyword already hit (a second detection), other speech (an
-    `_unknown_` clip) or none (gaps, noise): counts in the order of FA_SOURCES."""
+    """False accepts (`matched`'s third item) counted by what was heard where each fired
+    (`heard_at`, as for hits): another keyword's clip (one keyword heard as another), a clip of
+    its own keyword already hit (a second detection), other speech (an `_unknown_` clip) or
+    none (gaps, noise): counts in the order of FA_SOURCES."""
     out = np.zeros(len(FA_SOURCES), np.int64)
     starts = np.array([e.start_s for e in events])
     for d in false:
-        first = int(np.searchsorted(starts, d.time_s - 60.0))
-        last = int(np.searchsorted(starts, d.time_s, side="right"))
-        heard = [e.label for e in events[first:last] if d.time_s <= e.end_s + HIT_WINDOW_S]
+        heard = [events[i].label for i in heard_at(events, starts, d.time_s)]
         spoken = [h for h in heard if h in keywords]
         out[0 if any(h != d.keyword for h in spoken) else 1 if spoken else 2 if heard else 3] += 1
     return out
