@@ -1,6 +1,7 @@
 """Stream training (training/streams.py, the network's frame_logits) and the calibration of the
 detection rule (export/calibrate.py)."""
 import json
+import math
 
 import numpy as np
 import onnx
@@ -9,8 +10,10 @@ import torch
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.streams import (CLEAN_SHARE, HARD_NEGATIVE_GAIN, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES, UNKNOWN_TAIL_FRAMES,
-                              StreamPool, build_sequence, hard_weights, speech_span)
+from app.detection import SMOOTHING_HOPS, moving_average
+from training.streams import (CLEAN_SHARE, HARD_NEGATIVE_GAIN, HOP_FRAMES, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES,
+                              UNKNOWN_TAIL_FRAMES, StreamPool, build_sequence, hard_weights, peak_loss,
+                              smoothed_probabilities, speech_span)
 
 from test_training import TINY, as_argv, clip_root, tiny_overrides  # noqa: F401  (a fixture)
 
@@ -115,6 +118,51 @@ def test_weighted_draws_follow_the_weights():
     assert 0.8 < labels.count(1) / len(labels) < 0.97, (labels.count(1), len(labels))
 
 
+def test_smoothing_is_the_detectors_at_every_hop():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 12 * HOP_FRAMES, 4)
+    hop_ends = torch.arange(HOP_FRAMES - 1, logits.shape[1], HOP_FRAMES)     # where a runtime scores
+    rows = logits.softmax(-1)[0, hop_ends].numpy()
+    want = moving_average(rows, SMOOTHING_HOPS, np.zeros((0, 4)))
+    assert np.allclose(smoothed_probabilities(logits)[0, hop_ends].numpy(), want, atol=1e-6)
+
+
+def test_peak_loss_reads_each_keywords_best_and_worst_frames():
+    # classes: keywords 0 and 1, _unknown_ 2, _silence_ 3
+    torch.manual_seed(1)
+    B, T, C = 3, 80, 4
+    logits = torch.randn(B, T, C, requires_grad=True)
+    targets = torch.full((B, T), 3)
+    targets[0, 10:30], targets[0, 30:40], targets[0, 50:60] = 0, IGNORE, 0     # keyword 0 twice
+    targets[1, 5:20], targets[1, 20:70] = 1, 2                                # keyword 1, then other speech
+    targets[2, :] = IGNORE
+    targets[2, 60:] = 2                                                       # no keyword at all
+    hit, false = peak_loss(logits, targets, [0, 1])
+    s = smoothed_probabilities(logits).detach()
+    want_hit = -(s[0, 10:30, 0].max().log() + s[0, 50:60, 0].max().log() + s[1, 5:20, 1].max().log()) / B
+    want_false = 0.0
+    for b in range(B):
+        for k in (0, 1):
+            frames = (targets[b] != k) & (targets[b] != IGNORE)
+            if frames.any():
+                want_false -= torch.log1p(-s[b, frames, k].max())
+    assert torch.allclose(hit, want_hit, atol=1e-5) and torch.allclose(false, want_false / B, atol=1e-5)
+    (hit + false).backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 10:30, 0].abs().sum() > 0
+
+    # a confident keyword from frame 10 to 60, silence around it
+    T = 100
+    confident = torch.full((1, T, C), -20.0)
+    confident[..., 3] = 20.0
+    confident[0, 10:60, 0], confident[0, 10:60, 3] = 20.0, -20.0
+    quiet = torch.full((1, T), 3)
+    quiet[0, 10:60], quiet[0, 60:90] = 0, IGNORE                              # as build_sequence: settle
+    hit, false = peak_loss(confident, quiet, [0, 1])
+    assert hit < 1e-3 and false < 1e-3
+    quiet[0, 10:12] = 3                        # its first frames asked to be silence: a false accept
+    assert abs(peak_loss(confident, quiet, [0, 1])[1] - math.log(2)) < 1e-3   # smoothed: ½ there
+
+
 def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  # noqa: F811
     from training.cli import main
     common = {"model.frontend": "logmel", "model.frontend_stride": "1", "model.frontend_kernel": "1",
@@ -124,10 +172,11 @@ def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  #
     start = tmp_path / "clips" / "checkpoints" / "last.ckpt"
     streams = tiny_overrides(tmp_path / "streams", clip_root) | common | {
         "data.stream_seconds": "1.5", "data.stream_examples": "8", "data.batch_size": "4",
-        "trainer.init_from": str(start)}
+        "trainer.init_from": str(start), "optim.peak_loss": "1.0"}
     assert main(as_argv(TINY, streams)) == 0
     ckpt = torch.load(tmp_path / "streams" / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2 and np.isfinite(ckpt["rotkws"]["metrics"]["train/loss"])
+    assert ckpt["rotkws"]["metrics"]["train/peak_false"] > 0     # the peaks' loss took part
     both = streams | {"data.stream_clip_batch": "4", "trainer.run_dir": str(tmp_path / "both")}
     assert main(as_argv(TINY, both)) == 0                   # clips beside the streams, both losses
     metrics = torch.load(tmp_path / "both" / "checkpoints" / "last.ckpt", weights_only=True)["rotkws"]["metrics"]

@@ -13,12 +13,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
+from corpus.clips import SILENCE, UNKNOWN
 from model import build_classifier, classifier_config
 from model.classifiers import Recurrent
 from model.network import CHECKPOINT_KEY
 
 from .augment import AugmentConfig, augment, augment_pixels
-from .streams import IGNORE
+from .streams import IGNORE, peak_loss
 
 STREAM_RESTART = 0.05   # stream training: chance that a row's next sequence starts from silence
 
@@ -30,6 +31,8 @@ class OptimConfig:
     recurrent_lr: float = 0.001        # Adam (no weight decay) for B, C, D, γ, θ
     warmup_epochs: float = 1.0         # linear warm-up, then cosine decay to 0, per step
     label_smoothing: float = 0.0
+    peak_loss: float = 0.0             # stream training: weight of the peaks' loss beside the
+                                       # frames' cross-entropy (training/streams.py: peak_loss)
 
 
 def warmup_cosine(step: int, warmup: int, total: int) -> float:
@@ -64,6 +67,8 @@ class KWSModule(L.LightningModule):
         self.recurrent = isinstance(self.net, Recurrent)   # a CNN has no state norms, no recurrent group
         if self.recurrent:
             self.net.track_state_norms()
+        self.keyword_columns = [i for i, label in enumerate(self.net.cfg.labels)
+                                if label not in (UNKNOWN, SILENCE)]
 
     # -- one step for every stage ------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -105,6 +110,11 @@ class KWSModule(L.LightningModule):
         C = logits.shape[-1]
         loss = F.cross_entropy(logits.reshape(-1, C), targets.reshape(-1), ignore_index=IGNORE,
                                label_smoothing=self.optim.label_smoothing)
+        if self.optim.peak_loss > 0:
+            hit, false = peak_loss(logits, targets, self.keyword_columns)
+            self.log(f"{name}peak_hit", hit, on_step=True, on_epoch=True, batch_size=B)
+            self.log(f"{name}peak_false", false, on_step=True, on_epoch=True, batch_size=B)
+            loss = loss + self.optim.peak_loss * (hit + false)
         scored = targets.reshape(-1) != IGNORE
         self.log(f"{name}loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=B)
         if name == "train/":                                    # alone: the frames' accuracy

@@ -19,6 +19,15 @@ noise slice (`_silence_`). The targets ask for the keyword only once it has been
 The first SETTLE_FRAMES of a sequence have no target either: training carries each row's
 state from one batch to the next (training/module.py), so they may follow a keyword.
 
+Peak loss (`peak_loss`, weight optim.peak_loss): a detector fires on the peak of a keyword's
+smoothed probability, so the frame targets' mean cross-entropy is not what decides a miss or a
+false accept: one confident frame in a minute of other speech is. This term asks for what the
+detector reads: for each keyword said, the log of its best smoothed probability inside its
+target window (a max-pooling loss, Sun et al. 2016), and for each row and keyword, the log of
+one minus that keyword's best smoothed probability over every frame that targets something
+else (its worst false accept). Smoothing is the detector's: the mean of the probabilities
+PEAK_HOPS hops apart (app/detection.py).
+
 Hard examples: `hard_weights` scores every `_unknown_` clip and every keyword clip with the
 model being fine-tuned and draws the ones it mistakes for a keyword (for another keyword) more
 often: weight 1 + HARD_NEGATIVE_GAIN × the best probability it gives a keyword the clip is not.
@@ -29,6 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
+
+from app.detection import SMOOTHING_HOPS
+from app.spotter import HOP_SECONDS
 
 from model.logmel import FRAME_RATE, pixels_from_power, power_from_pixels
 
@@ -49,6 +62,8 @@ CLIP_GAIN_DB = 10.0            # each clip's level, uniform in ±this
 HARD_NEGATIVE_GAIN = 4.0       # draw weight of a clip: 1 + this × its best wrong keyword's probability
 SPEECH_FLOOR = 0.4             # speech frames: band mean above lo + this × (peak − lo) …
 SPEECH_RANGE = 40.0            # … and within this many pixels of the peak frame (≈ 18 dB)
+PEAK_HOPS = SMOOTHING_HOPS    # peak_loss smooths as the detector does: this many hops …
+HOP_FRAMES = round(HOP_SECONDS * FRAME_RATE)   # … this many frames apart
 VIRTUAL_EXAMPLES = 10_000_000  # indices a sampler draws from: every draw a fresh sequence
 
 
@@ -182,3 +197,43 @@ def hard_weights(net, pixels: np.ndarray, keyword_columns: list[int], own: np.nd
         best.append(probs[:, columns].max(-1).values.numpy())
     net.train(was)
     return 1 + HARD_NEGATIVE_GAIN * np.concatenate(best)
+
+
+def smoothed_probabilities(logits: Tensor, hops: int = PEAK_HOPS, hop_frames: int = HOP_FRAMES) -> Tensor:
+    """(B, T, C) logits → (B, T, C): frame t's probabilities averaged with those `hop_frames`,
+    2·`hop_frames`, … earlier (`hops` rows in all, fewer at a sequence's start), as the
+    detector averages the rows of consecutive hops."""
+    p = logits.softmax(-1)
+    total, count = p.clone(), torch.ones(p.shape[1], device=p.device, dtype=p.dtype)
+    for k in range(1, hops):
+        lag = k * hop_frames
+        if lag >= p.shape[1]:
+            break
+        total[:, lag:] = total[:, lag:] + p[:, :-lag]
+        count[lag:] += 1
+    return total / count[None, :, None]
+
+
+def peak_loss(logits: Tensor, targets: Tensor, keyword_columns: list[int]) -> tuple[Tensor, Tensor]:
+    """(hit, false) losses per row, summed and divided by the rows B, of (B, T, C) logits against
+    (B, T) frame targets (IGNORE: none). hit: −log of each keyword window's best smoothed
+    probability of its keyword (a window: a run of frames targeting one keyword); false:
+    −log(1 − p) with p each row's best smoothed probability of each keyword over the frames that
+    target anything else (IGNORE frames excluded), over the keywords of `keyword_columns`."""
+    B, T, _ = logits.shape
+    s = smoothed_probabilities(logits).clamp(1e-6, 1 - 1e-6)
+    columns = torch.tensor(keyword_columns, device=logits.device)
+    is_keyword = (targets[..., None] == columns).any(-1)                      # (B, T)
+    # hit: runs of one keyword target, each scored by its best frame
+    change = torch.ones_like(targets, dtype=torch.bool)
+    change[:, 1:] = targets[:, 1:] != targets[:, :-1]
+    run = (change.reshape(-1).long().cumsum(0) - 1).reshape(B, T)             # run id, global
+    own = s.gather(-1, targets.clamp(min=0)[..., None])[..., 0].log()        # log p of the target
+    best = torch.full((B * T,), -torch.inf, device=logits.device, dtype=own.dtype)
+    best = best.scatter_reduce(0, run[is_keyword], own[is_keyword], "amax")
+    hit = -best[torch.isfinite(best)].sum() / B
+    # false: each keyword's worst frame among those targeting another class
+    elsewhere = (targets[..., None] != columns) & (targets != IGNORE)[..., None]   # (B, T, K)
+    worst = s[..., columns].masked_fill(~elsewhere, 0.0).amax(1)                # (B, K)
+    false = -torch.log1p(-worst).sum() / B
+    return hit, false

@@ -1,0 +1,195 @@
+"""Streaming detection in the feature domain: the DET of a checkpoint on streams of held-out
+log-mel images, ten times as many distinct clips as the audio streams have.
+
+The audio streams (benchmarks/stream.py) are made of the held-out split of
+`speech_commands_v0.02_test_dev`: about 400 distinct keyword clips of some 17 speakers, each
+heard ~17 times in 10 h, so a figure at 1 false accept per hour rests on a handful of clips.
+The image corpus assigns ~10 % of its 2,298 speakers to each held-out split (corpus/splits.py:
+never trained on), ~4,600 clips of ~230 speakers per split. Their pixels are what the fixed
+front-end (model/logmel.py) makes of the audio, so a network with the logmel front-end can be
+run on them directly:
+
+    stream:  the split's images, its test_dev WAVs and its wake-word recordings (`_unknown_`),
+             as pixels, in random order at GAP_S gaps, each over noise at SNRS_DB in turn,
+             gated as the audio streams are (from stream.GAP_S[0] before the clip to its end),
+             mixed as mel power; gaps are digital silence (pixel 0)
+    scores:  the network's frame probabilities at every hop's last frame (HOP_FRAMES), the
+             state carried through the whole stream, as the runtime scores audio
+    DET:     benchmarks/stream.py's sweep and scoring (HIT_WINDOW_S, the runtime's rule)
+
+Differences from the audio streams, by construction: noise is mixed as mel power (not as
+samples), images are rounded to whole pixels, and SNR is the clip's mean mel power over the
+noise's. The torch network is run, not the ONNX file (the export is verified against it).
+
+    python -m benchmarks.pixel_stream --checkpoint default=training/checkpoints/kws12_stream.ckpt \
+        --checkpoint peak=runs/peak1/checkpoints/last.ckpt --split validation --hours 10
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from app.spotter import HOP_SECONDS
+from benchmarks import stream
+from benchmarks.report import BENCHMARKS_MD, write_section
+from corpus.clips import AUDIO_SUFFIXES, SILENCE, UNKNOWN, list_clips, read_audio
+from corpus.splits import SPLITS, speaker_split
+from model.classifiers import load_checkpoint
+from model.logmel import FRAME_RATE, pixels_from_power, power_from_pixels
+from training.features import image_splits, recording_pixels
+from training.paths import default_data_root
+
+IMAGE_ZIP = "speech_commands_v0.02_logmel/speech_commands_v0.02_logmel_train.zip"
+HOP_FRAMES = round(HOP_SECONDS * FRAME_RATE)    # pixel frames per runtime hop
+SCORE_CHUNK = 6000                              # frames per network call (state carried)
+FA_POINTS = (10.0, 1.0, 0.1)                    # false accepts per hour the table reads
+
+
+def held_out_pixels(data: Path, labels, split: str) -> list[tuple[np.ndarray, str]]:
+    """The split's clips as pixels (T, N_MELS) uint8 with their labels (keywords, `_unknown_`;
+    no `_silence_`): the image corpus's, test_dev's WAVs and the wake-word recordings that
+    benchmarks/stream.py streams for the split."""
+    images, _ = image_splits(data / IMAGE_ZIP, labels)
+    part = images[split]
+    out = [(p, l) for p, l in zip(part.pixels, part.labels) if l != SILENCE]
+    for clip in list_clips(data / stream.KEYWORD_FOLDER, labels):
+        if clip.label != SILENCE and speaker_split(clip.speaker) == split:
+            out.append((recording_pixels(read_audio(clip.path)[0]), clip.label))
+    for path in stream.wake_recordings(data, split):
+        try:
+            audio, rate = read_audio(path)
+        except Exception:                                # two of these files do not decode
+            continue
+        if rate == 16_000 and path.suffix.lower() in AUDIO_SUFFIXES:
+            out.append((recording_pixels(audio), UNKNOWN))
+    return out
+
+
+def noise_frames(data: Path) -> np.ndarray:
+    """The background-noise recordings as pixel frames (M, N_MELS) uint8."""
+    files = sorted((data / stream.NOISE_FOLDER).glob("*.wav"))
+    return np.concatenate([recording_pixels(read_audio(f)[0]) for f in files])
+
+
+def build_pixel_stream(clips, minutes: float, noise: np.ndarray, rng) -> tuple[np.ndarray, list]:
+    """(pixels (N, N_MELS) float32, [stream.Event]): `clips` in random order (each once per
+    pass), at stream.GAP_S gaps, each over a noise slice gated from stream.GAP_S[0] before it
+    to its end at the SNRs of stream.SNRS_DB in turn (mean mel power of clip over noise)."""
+    total = round(minutes * 60 * FRAME_RATE)
+    lead = round(stream.GAP_S[0] * FRAME_RATE)
+    placed, t = [], 0
+    while t < total:
+        for i in rng.permutation(len(clips)):
+            t += round(rng.uniform(*stream.GAP_S) * FRAME_RATE)
+            placed.append((i, t))
+            t += len(clips[i][0])
+            if t >= total:
+                break
+    power = torch.zeros(t + round(FRAME_RATE), noise.shape[1], dtype=torch.float64)
+    floor = float(power_from_pixels(torch.zeros(1)))            # what pixel 0 means: silence
+    events = []
+    for k, (i, start) in enumerate(placed):
+        pixels, label = clips[i]
+        n = len(pixels)
+        clip = power_from_pixels(torch.from_numpy(pixels.astype(np.float64)))
+        snr = stream.SNRS_DB[k % len(stream.SNRS_DB)]
+        at = int(rng.integers(0, len(noise) - n - lead))
+        bed = power_from_pixels(torch.from_numpy(noise[at:at + n + lead].astype(np.float64)))
+        bed = bed * (clip.mean() / bed.mean() / 10 ** (snr / 10))
+        power[start:start + n] += clip
+        power[start - lead:start + n] += bed
+        events.append(stream.Event(label, start / FRAME_RATE, (start + n) / FRAME_RATE, snr))
+    pixels = pixels_from_power(torch.clamp(power, min=floor)).clamp(min=0).float().numpy()
+    return pixels, events
+
+
+@torch.no_grad()
+def score_pixels(net, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, scores) as the runtime reports them: the class probabilities after every hop's
+    last frame (hop k ends at (k + 1)·HOP_SECONDS), the state carried through the stream."""
+    state, rows = None, []
+    x = torch.from_numpy(pixels)[None]
+    for s in range(0, x.shape[1], SCORE_CHUNK):
+        logits, state = net.frame_logits(x[:, s:s + SCORE_CHUNK], state)
+        rows.append(logits[0].softmax(-1))
+    probs = torch.cat(rows).numpy()
+    ends = np.arange(HOP_FRAMES - 1, len(probs), HOP_FRAMES)
+    return (ends + 1) / FRAME_RATE, probs[ends]
+
+
+def pixel_det(net, labels, keywords, clips, noise, hours: float, seed: int) -> dict:
+    """DET rows over `hours` of pixel streams (segments of stream.SEGMENT_MINUTES, seeds
+    seed, seed + 1, …), as benchmarks/stream.py's `det` gives them for audio."""
+    totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS}
+    seconds, remaining, k = 0.0, hours * 60, 0
+    while remaining > 1e-9:
+        minutes = min(stream.SEGMENT_MINUTES, remaining)
+        pixels, events = build_pixel_stream(clips, minutes, noise, np.random.default_rng(seed + k))
+        times, scores = score_pixels(net, pixels)
+        for th, found in stream.sweep_detections(times, scores, labels, keywords, stream.THRESHOLDS).items():
+            totals[th] += stream.score(found, events, keywords)
+        seconds += len(pixels) / FRAME_RATE
+        remaining -= minutes
+        k += 1
+    rows = stream.det_rows(totals, seconds / 3600)
+    return {"rows": rows, "hours": seconds / 3600, "keyword_events": rows[0]["keyword_events"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
+                   help="a checkpoint with the logmel front-end (repeatable)")
+    p.add_argument("--split", choices=SPLITS[1:], default="validation")
+    p.add_argument("--hours", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=2000)
+    p.add_argument("--data", type=Path, default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
+    p.add_argument("--note", default="", help="a sentence for BENCHMARKS.md: what was compared and why")
+    p.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file its section goes in")
+    args = p.parse_args(argv)
+    data = args.data or default_data_root()
+    models = []
+    for spec in args.checkpoint:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            p.error(f"--checkpoint expects NAME=PATH, got {spec!r}")
+        try:
+            net, entry = load_checkpoint(path)
+        except ValueError as e:
+            p.error(str(e))
+        if not getattr(net.cfg, "reads_pixels", False) or not hasattr(net, "frame_logits"):
+            p.error(f"{path}: the pixel streams need a causal network with the logmel front-end")
+        models.append((name, path, net.float(), entry["labels"]))
+    labels = models[0][3]
+    if any(m[3] != labels for m in models):
+        p.error("the checkpoints have different labels")
+    keywords = [l for l in labels if l not in (UNKNOWN, SILENCE)]
+    started = time.monotonic()
+    clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
+    n_keyword = sum(l in keywords for _, l in clips)
+    lines = [f"| model | checkpoint | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS) + " | missed, FA/h at 0.5 |",
+             "|---|---|" + "---|" * (len(FA_POINTS) + 1)]
+    for name, path, net, _ in models:
+        d = pixel_det(net, labels, keywords, clips, noise, args.hours, args.seed)
+        cells = []
+        for fa in FA_POINTS:
+            op = stream.operating_point(d["rows"], fa)
+            cells.append(f"{op['miss_rate'] * 100:.1f} % ({op['threshold']:.3f})" if op else "—")
+        half = min(d["rows"], key=lambda r: abs(r["threshold"] - 0.5))
+        cells.append(f"{half['miss_rate'] * 100:.1f} %, {half['fa_per_hour']:.1f}")
+        lines.append(f"| {name} | {path} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    body = "\n".join(lines) + (
+        f"\n\nStreams of {args.split}-split speakers in the feature domain: {d['hours']:.1f} h, "
+        f"{d['keyword_events']} keywords from {n_keyword} distinct keyword clips and "
+        f"{len(clips) - n_keyword} distinct other clips (images, test_dev WAVs, wake-word recordings), "
+        f"seeds {args.seed}…; thresholds in brackets. {args.note} "
+        f"({(time.monotonic() - started) / 60:.0f} min.)")
+    write_section("pixel_stream", f"Streaming detection on held-out images ({args.split})", body, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
