@@ -187,7 +187,8 @@ def main(argv=None) -> int:
         f"{len(clips) - n_keyword} distinct other clips (images, test_dev WAVs, wake-word recordings), "
         f"seeds {args.seed}…; thresholds in brackets. {args.note} "
         f"({(time.monotonic() - started) / 60:.0f} min.)")
-    write_section("pixel_stream", f"Streaming detection on held-out images ({args.split})", body, args.out)
+    write_section(f"pixel_stream_{args.split}", f"Streaming detection on held-out images ({args.split} split)",
+                  body, args.out, script="pixel_stream")
     return 0
 
 

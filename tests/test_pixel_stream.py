@@ -65,7 +65,7 @@ def test_pixel_bench_runs_on_the_held_out_images(shared_data, tmp_path, capsys):
             "--out", str(out)]
     assert pixel_stream.main(args) == 0
     text = out.read_text()
-    assert "<!-- bench:pixel_stream -->" in text and "validation-split speakers" in text
+    assert "<!-- bench:pixel_stream_validation -->" in text and "validation-split speakers" in text
     row = next(line for line in text.splitlines() if line.startswith("| default |"))
     missed, fa = row.rstrip(" |").rsplit("|", 1)[1].split(",")
     assert float(missed.strip(" %")) < 35 and float(fa) < 300     # the default at 0.5 hears most keywords
