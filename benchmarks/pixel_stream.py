@@ -1,13 +1,13 @@
 """Streaming detection in the feature domain: the DET of a checkpoint on streams of held-out
-log-mel images, ten times as many distinct clips as the audio streams have.
+log-mel images, eight to ten times as many distinct keyword clips as the audio streams have.
 
 The audio streams (benchmarks/stream.py) are made of the held-out split of
-`speech_commands_v0.02_test_dev`: about 400 distinct keyword clips of some 17 speakers, each
+`speech_commands_v0.02_test_dev`: about 400 distinct keyword clips of 20–23 speakers, each
 heard ~17 times in 10 h, so a figure at 1 false accept per hour rests on a handful of clips.
 The image corpus assigns ~10 % of its 2,298 speakers to each held-out split (corpus/splits.py:
-never trained on), ~4,600 clips of ~230 speakers per split. Their pixels are what the fixed
-front-end (model/logmel.py) makes of the audio, so a network with the logmel front-end can be
-run on them directly:
+never trained on): 2,989 keyword clips in the testing split, 4,004 in validation, with about
+1,000 other words each. Their pixels are what the fixed front-end (model/logmel.py) makes of
+the audio, so a network with the logmel front-end can be run on them directly:
 
     stream:  the split's images, its test_dev WAVs and its wake-word recordings (`_unknown_`),
              as pixels, in random order at GAP_S gaps, each over noise at SNRS_DB in turn,
@@ -32,18 +32,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.spotter import HOP_SECONDS
 from benchmarks import stream
 from benchmarks.report import BENCHMARKS_MD, write_section
 from corpus.clips import AUDIO_SUFFIXES, SILENCE, UNKNOWN, list_clips, read_audio
 from corpus.splits import SPLITS, speaker_split
 from model.classifiers import load_checkpoint
 from model.logmel import FRAME_RATE, pixels_from_power, power_from_pixels
+from training.enroll import IMAGE_ZIP
 from training.features import image_splits, recording_pixels
 from training.paths import default_data_root
+from training.streams import HOP_FRAMES
 
-IMAGE_ZIP = "speech_commands_v0.02_logmel/speech_commands_v0.02_logmel_train.zip"
-HOP_FRAMES = round(HOP_SECONDS * FRAME_RATE)    # pixel frames per runtime hop
 SCORE_CHUNK = 6000                              # frames per network call (state carried)
 FA_POINTS = (10.0, 1.0, 0.1)                    # false accepts per hour the table reads
 

@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from app.detection import SMOOTHING_HOPS
-from app.spotter import HOP_SECONDS, OTHER
+from app.spotter import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
 from model.classifiers import load_checkpoint
 from model.logmel import CLIP_FRAMES, FRAME, FRAME_RATE, N_MELS, LogMelPixels, power_from_pixels
@@ -40,7 +40,7 @@ from model.network import RotRNNClassifier, RotRNNConfig
 from training.augment import mix_pixels
 from training.features import decode_zip
 from training.paths import REPO, default_data_root
-from training.streams import IGNORE   # frame targets that are not scored
+from training.streams import HOP_FRAMES, IGNORE   # frames per hop; frame targets that are not scored
 
 from . import tts
 from .tts import SAMPLE_RATE, PhraseError
@@ -371,7 +371,7 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig) -> lis
 def hop_scores(net: RotRNNClassifier, h: Tensor, batch: int = 256) -> np.ndarray:
     """The phrase's probability at every 100 ms hop, smoothed as the runtime smooths it: (N, hops)."""
     net.eval()
-    step = round(HOP_SECONDS * FRAME_RATE)                                  # frames per hop
+    step = HOP_FRAMES
     out = [np.zeros((0, h.shape[1] // step))]
     with torch.no_grad():
         for i in range(0, len(h), batch):
