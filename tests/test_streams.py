@@ -8,9 +8,9 @@ import onnx
 import pytest
 import torch
 
+from app.detection import SMOOTHING_HOPS, moving_average
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
 from model.network import RotRNNClassifier, RotRNNConfig
-from app.detection import SMOOTHING_HOPS, moving_average
 from training.streams import (CLEAN_SHARE, HARD_NEGATIVE_GAIN, HOP_FRAMES, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES,
                               UNKNOWN_TAIL_FRAMES, StreamPool, build_sequence, hard_weights, peak_loss,
                               smoothed_probabilities, speech_span)
