@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.spotter import NOT_KEYWORDS
 from benchmarks import stream
 from benchmarks.report import BENCHMARKS_MD, write_section
-from corpus.clips import AUDIO_SUFFIXES, SILENCE, UNKNOWN, list_clips, read_audio
-from corpus.splits import SPLITS, speaker_split
+from corpus.clips import SILENCE, UNKNOWN, read_audio
+from corpus.splits import SPLITS
 from model.classifiers import load_checkpoint
 from model.logmel import FRAME_RATE, pixels_from_power, power_from_pixels
 from training.enroll import IMAGE_ZIP
@@ -54,17 +55,10 @@ def held_out_pixels(data: Path, labels, split: str) -> list[tuple[np.ndarray, st
     images, _ = image_splits(data / IMAGE_ZIP, labels)
     part = images[split]
     out = [(p, l) for p, l in zip(part.pixels, part.labels) if l != SILENCE]
-    for clip in list_clips(data / stream.KEYWORD_FOLDER, labels):
-        if clip.label != SILENCE and speaker_split(clip.speaker) == split:
-            out.append((recording_pixels(read_audio(clip.path)[0]), clip.label))
-    for path in stream.wake_recordings(data, split):
-        try:
-            audio, rate = read_audio(path)
-        except Exception:                                # two of these files do not decode
-            continue
-        if rate == 16_000 and path.suffix.lower() in AUDIO_SUFFIXES:
-            out.append((recording_pixels(audio), UNKNOWN))
-    return out
+    out += [(recording_pixels(read_audio(c.path)[0]), c.label)
+            for c in stream.split_clips(data, labels, split)]
+    wake = stream.wake_audio(stream.wake_recordings(data, split))
+    return out + [(recording_pixels(audio), UNKNOWN) for audio in wake]
 
 
 def noise_frames(data: Path) -> np.ndarray:
@@ -123,16 +117,11 @@ def pixel_det(net, labels, keywords, clips, noise, hours: float, seed: int) -> d
     """DET rows over `hours` of pixel streams (segments of stream.SEGMENT_MINUTES, seeds
     seed, seed + 1, …), as benchmarks/stream.py's `det` gives them for audio."""
     totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS}
-    seconds, remaining, k = 0.0, hours * 60, 0
-    while remaining > 1e-9:
-        minutes = min(stream.SEGMENT_MINUTES, remaining)
-        pixels, events = build_pixel_stream(clips, minutes, noise, np.random.default_rng(seed + k))
-        times, scores = score_pixels(net, pixels)
-        for th, found in stream.sweep_detections(times, scores, labels, keywords, stream.THRESHOLDS).items():
-            totals[th] += stream.score(found, events, keywords)
+    seconds = 0.0
+    for minutes, rng in stream.segment_rngs(hours, seed):
+        pixels, events = build_pixel_stream(clips, minutes, noise, rng)
+        stream.add_sweep(totals, *score_pixels(net, pixels), events, labels, keywords)
         seconds += len(pixels) / FRAME_RATE
-        remaining -= minutes
-        k += 1
     rows = stream.det_rows(totals, seconds / 3600)
     return {"rows": rows, "hours": seconds / 3600, "keyword_events": rows[0]["keyword_events"]}
 
@@ -164,7 +153,7 @@ def main(argv=None) -> int:
     labels = models[0][3]
     if any(m[3] != labels for m in models):
         p.error("the checkpoints have different labels")
-    keywords = [l for l in labels if l not in (UNKNOWN, SILENCE)]
+    keywords = [l for l in labels if l not in NOT_KEYWORDS]
     started = time.monotonic()
     clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
     n_keyword = sum(l in keywords for _, l in clips)

@@ -53,23 +53,33 @@ def wake_recordings(data: Path, split: str) -> list[Path]:
     return found + (sorted((data / WAKEWORD_FOLDER / HELD_OUT_PHRASE).glob("*")) if split == "testing" else [])
 
 
-def held_out_clips(data: Path, labels, split: str, rng, read=read_audio) -> list[tuple[np.ndarray, str]]:
-    """The split's keyword and `_unknown_` clips (no `_silence_`), plus WAKEWORD_CLIPS wake-word
-    recordings as `_unknown_`: (audio, label) at 16 kHz. `read(path) -> (audio, rate)`."""
+def split_clips(data: Path, labels, split: str) -> list:
+    """The split's keyword and `_unknown_` clips of KEYWORD_FOLDER (no `_silence_`), as Clips;
+    ClipError when there are none."""
     clips = [c for c in list_clips(data / KEYWORD_FOLDER, labels)
              if c.label != SILENCE and speaker_split(c.speaker) == split]
     if not clips:
         raise ClipError(f"no {split} clips in {data / KEYWORD_FOLDER}")
-    out = [(read(c.path)[0], c.label) for c in clips]
-    wake = wake_recordings(data, split)
-    for path in rng.permutation(np.array(wake, dtype=object))[:WAKEWORD_CLIPS]:
+    return clips
+
+
+def wake_audio(paths, read=read_audio):
+    """The audio of those wake-word recordings that decode at 16 kHz, in order."""
+    for path in paths:
         try:
             audio, rate = read(path)
         except ClipError:
             continue                                    # two of these files do not decode
         if rate == 16_000:
-            out.append((audio, UNKNOWN))
-    return out
+            yield audio
+
+
+def held_out_clips(data: Path, labels, split: str, rng, read=read_audio) -> list[tuple[np.ndarray, str]]:
+    """The split's keyword and `_unknown_` clips (`split_clips`), plus WAKEWORD_CLIPS wake-word
+    recordings as `_unknown_`: (audio, label) at 16 kHz. `read(path) -> (audio, rate)`."""
+    out = [(read(c.path)[0], c.label) for c in split_clips(data, labels, split)]
+    wake = rng.permutation(np.array(wake_recordings(data, split), dtype=object))[:WAKEWORD_CLIPS]
+    return out + [(audio, UNKNOWN) for audio in wake_audio(wake, read)]
 
 
 def noise_bed(data: Path, samples: int, rng, read=read_audio) -> np.ndarray:
@@ -192,20 +202,26 @@ def operating_point(rows: list[dict], fa_per_hour: float) -> dict | None:
     return min(ok, key=lambda r: (r["miss_rate"], r["threshold"])) if ok else None
 
 
+def segment_rngs(hours: float, seed: int):
+    """Yield (minutes, rng) for `hours` of stream cut into segments of SEGMENT_MINUTES, the k-th
+    seeded seed + k."""
+    remaining, k = hours * 60, 0
+    while remaining > 1e-9:
+        minutes = min(SEGMENT_MINUTES, remaining)
+        yield minutes, np.random.default_rng(seed + k)
+        remaining -= minutes
+        k += 1
+
+
 def segments(data: Path, labels, split: str, hours: float, seed: int, keep=None):
     """Yield (audio, events) for `hours` of `split` stream: segments of SEGMENT_MINUTES, seeded
     seed, seed + 1, …; `keep(label)`, when given, picks the clips a segment may use."""
     read = functools.cache(read_audio)            # every segment draws from the same files
-    remaining, k = hours * 60, 0
-    while remaining > 1e-9:
-        minutes = min(SEGMENT_MINUTES, remaining)
-        rng = np.random.default_rng(seed + k)
+    for minutes, rng in segment_rngs(hours, seed):
         clips = held_out_clips(data, labels, split, rng, read)
         if keep is not None:
             clips = [c for c in clips if keep(c[1])]
         yield build_stream(clips, minutes, data, rng, read=read)
-        remaining -= minutes
-        k += 1
 
 
 def rates(counts, hours: float) -> dict:
@@ -220,6 +236,13 @@ def det_rows(totals: dict, hours: float) -> list[dict]:
     return [{"threshold": th, **rates(counts, hours)} for th, counts in totals.items()]
 
 
+def add_sweep(totals: dict, times: np.ndarray, scores: np.ndarray, events, labels, keywords) -> None:
+    """Add one track's (keyword events, misses, false accepts) at each threshold of `totals`
+    ({threshold: counts}) to its counts."""
+    for th, dets in sweep_detections(times, scores, labels, keywords, list(totals)).items():
+        totals[th] += score(dets, events, keywords)
+
+
 def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
         thresholds=THRESHOLDS) -> dict:
     """Run the spotter over `hours` of stream (`segments`) and sweep the thresholds: {"rows":
@@ -228,9 +251,7 @@ def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
     totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
     seconds, n_other, count = 0.0, 0, 0
     for stream, events in segments(data, model.labels, split, hours, seed):
-        times, scores = score_track(model, stream)
-        for th, dets in sweep_detections(times, scores, model.labels, model.keywords, thresholds).items():
-            totals[th] += score(dets, events, model.keywords)
+        add_sweep(totals, *score_track(model, stream), events, model.labels, model.keywords)
         n_other += sum(e.label not in model.keywords for e in events)
         seconds += len(stream) / model.sample_rate
         count += 1

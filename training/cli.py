@@ -127,7 +127,7 @@ def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KW
         init_weights(module, Path(cfg.trainer.init_from))
     if dm.streams is not None:                            # hard examples of the starting weights
         pool = dm.streams.pool
-        columns = [i for i, label in enumerate(module.net.cfg.labels) if i not in (pool.unknown, pool.silence)]
+        columns = module.keyword_columns
         pool.other_weights = hard_weights(module.net, pool.others, columns)
         pool.keyword_weights = hard_weights(module.net, pool.keywords, columns, own=pool.keyword_labels)
     return trainer_for(cfg, len(dm.sets["validation"]) > 0, list(callbacks)), module, dm

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from corpus.clips import SILENCE, UNKNOWN
+from app.spotter import NOT_KEYWORDS
 from model import build_classifier, classifier_config
 from model.classifiers import Recurrent
 from model.network import CHECKPOINT_KEY
@@ -68,7 +68,7 @@ class KWSModule(L.LightningModule):
         if self.recurrent:
             self.net.track_state_norms()
         self.keyword_columns = [i for i, label in enumerate(self.net.cfg.labels)
-                                if label not in (UNKNOWN, SILENCE)]
+                                if label not in NOT_KEYWORDS]         # the labels that can fire
 
     # -- one step for every stage ------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
