@@ -163,8 +163,9 @@ def test_peak_loss_reads_each_keywords_best_and_worst_frames():
     assert abs(peak_loss(confident, quiet, [0, 1])[1] - math.log(2)) < 1e-3   # smoothed: ½ there
 
 
-def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  # noqa: F811
+def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys, monkeypatch):  # noqa: F811
     from training.cli import main
+    from training.module import KWSModule
     common = {"model.frontend": "logmel", "model.frontend_stride": "1", "model.frontend_kernel": "1",
               "trainer.max_steps": "2"}
     first = tiny_overrides(tmp_path / "clips", clip_root) | common
@@ -181,6 +182,18 @@ def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  #
     assert main(as_argv(TINY, both)) == 0                   # clips beside the streams, both losses
     metrics = torch.load(tmp_path / "both" / "checkpoints" / "last.ckpt", weights_only=True)["rotkws"]["metrics"]
     assert np.isfinite(metrics["train/stream_loss"]) and np.isfinite(metrics["train/loss"])
+    seen, plain_step = [], KWSModule.model_step                 # clips after the streams' states
+
+    def model_step(self, batch, stage, state=None):
+        if self.training:
+            seen.append((state, self._carry.clone()))
+        return plain_step(self, batch, stage, state)
+    monkeypatch.setattr(KWSModule, "model_step", model_step)
+    after = both | {"optim.clips_after_streams": "true", "trainer.run_dir": str(tmp_path / "after")}
+    assert main(as_argv(TINY, after)) == 0
+    assert len(seen) == 2 and all(torch.equal(state, carry) for state, carry in seen)   # 4 clips, 4 rows
+    assert all(state.abs().sum() > 0 for state, _ in seen)
+    monkeypatch.undo()
     capsys.readouterr()
     conv = streams | {"model.frontend": "conv", "model.frontend_stride": "160", "model.frontend_kernel": "400",
                       "trainer.init_from": "null", "trainer.run_dir": str(tmp_path / "conv")}
@@ -191,6 +204,22 @@ def test_stream_training_runs_from_a_checkpoint(tmp_path, clip_root, capsys):  #
     assert main(as_argv(TINY, wider)) == 2
     err = capsys.readouterr().err
     assert "trainer.init_from" in err and "another network" in err
+
+
+def test_clips_start_from_the_rows_states_they_are_given():
+    from training.module import KWSModule
+    torch.manual_seed(0)
+    model = {"labels": ["a", "b", "c"], "frontend": "logmel", "d_model": 16, "state": 16, "heads": 2,
+             "layers": 1, "chunk": 16}
+    module = KWSModule(model, {"clips_after_streams": True}).eval()
+    with pytest.raises(RuntimeError, match="stream step first"):
+        module.clip_states(3)
+    module._carry = torch.randn(2, module.net.state_size)
+    states = module.clip_states(3)
+    assert torch.equal(states, module._carry[[0, 1, 0]])
+    x = torch.rand(3, 98, F) * 255
+    assert torch.allclose(module(x, states), module.net.forward_features(x, states)[0])
+    assert not torch.allclose(module(x, states), module(x), atol=1e-4)    # the state matters
 
 
 # -- calibration ----------------------------------------------------------------------------------

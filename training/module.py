@@ -33,6 +33,8 @@ class OptimConfig:
     label_smoothing: float = 0.0
     peak_loss: float = 0.0             # stream training: weight of the peaks' loss beside the
                                        # frames' cross-entropy (training/streams.py: peak_loss)
+    clips_after_streams: bool = False  # stream training: each step's clips start from the states
+                                       # its stream rows reached (`clip_states`), not from zeros
 
 
 def warmup_cosine(step: int, warmup: int, total: int) -> float:
@@ -71,10 +73,11 @@ class KWSModule(L.LightningModule):
                                 if label not in NOT_KEYWORDS]         # the labels that can fire
 
     # -- one step for every stage ------------------------------------------------------------
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         """x: audio (B, samples) float32 @ 16 kHz, or (B, frames, N_MELS) log-mel pixels when
-        the network reads them (`self.features`) → logits (B, n_classes)."""
-        return (self.net.forward_features(x) if self.features else self.net(x))[0]
+        the network reads them (`self.features`) → logits (B, n_classes); `state`: the network's
+        state before x (None: zeros)."""
+        return (self.net.forward_features(x, state) if self.features else self.net(x, state))[0]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         if isinstance(batch, dict):                             # streams and clips in one step
@@ -122,9 +125,20 @@ class KWSModule(L.LightningModule):
             self.log("train/acc", self.acc["train_"], on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
-    def model_step(self, batch, stage: str) -> Tensor:
+    def clip_states(self, n: int) -> Tensor:
+        """States for n clips (`clips_after_streams`): the stream rows' carried states (detached),
+        row i mod B for clip i. A word is heard after whatever the stream held: another word, a
+        keyword's tail, noise, silence; from zeros only at a stream's very start. The clip stage
+        starts every clip from zeros, and a model trained so is surest of a word heard first:
+        after one other word and 1 s of silence, the default model's keywords reached a smoothed
+        0.96 a quarter less often than from zeros (BENCHMARKS.md, development measurements)."""
+        if self._carry is None:
+            raise RuntimeError("clip_states needs a stream step first: it reads the rows' states")
+        return self._carry[torch.arange(n, device=self._carry.device) % len(self._carry)]
+
+    def model_step(self, batch, stage: str, state: Tensor | None = None) -> Tensor:
         audio, labels = batch                                   # (B, S), (B,)
-        logits = self(audio)                                    # (B, n_classes)
+        logits = self(audio, state)                             # (B, n_classes)
         loss = F.cross_entropy(logits, labels, label_smoothing=self.optim.label_smoothing)
         acc = self.acc[stage + "_"]
         acc(logits, labels)
@@ -139,7 +153,9 @@ class KWSModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         if isinstance(batch, dict):                             # data.stream_clip_batch > 0
-            loss = self.stream_step(batch["streams"], "train/stream_") + self.model_step(batch["clips"], "train")
+            loss = self.stream_step(batch["streams"], "train/stream_")
+            state = self.clip_states(len(batch["clips"][1])) if self.optim.clips_after_streams else None
+            loss = loss + self.model_step(batch["clips"], "train", state)
         else:
             loss = self.stream_step(batch) if batch[1].ndim == 2 else self.model_step(batch, "train")
         for i, group in enumerate(self.optimizers().param_groups):
