@@ -126,6 +126,28 @@ def pixel_det(net, labels, keywords, clips, noise, hours: float, seed: int) -> d
     return {"rows": rows, "hours": seconds / 3600, "keyword_events": rows[0]["keyword_events"]}
 
 
+def load_models(parser: argparse.ArgumentParser, specs: list[str]) -> tuple[list, list]:
+    """--checkpoint NAME=PATH values → ([(name, path, network)], their labels); a parser error
+    for a malformed spec, an unreadable checkpoint, a network that cannot read pixels as a
+    stream, or checkpoints with different labels."""
+    models, labels = [], None
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            parser.error(f"--checkpoint expects NAME=PATH, got {spec!r}")
+        try:
+            net, entry = load_checkpoint(path)
+        except ValueError as e:
+            parser.error(str(e))
+        if not getattr(net.cfg, "reads_pixels", False) or not hasattr(net, "frame_logits"):
+            parser.error(f"{path}: the pixel streams need a causal network with the logmel front-end")
+        if labels is not None and entry["labels"] != labels:
+            parser.error("the checkpoints have different labels")
+        labels = entry["labels"]
+        models.append((name, path, net.float()))
+    return models, labels
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
@@ -138,28 +160,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file its section goes in")
     args = p.parse_args(argv)
     data = args.data or default_data_root()
-    models = []
-    for spec in args.checkpoint:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            p.error(f"--checkpoint expects NAME=PATH, got {spec!r}")
-        try:
-            net, entry = load_checkpoint(path)
-        except ValueError as e:
-            p.error(str(e))
-        if not getattr(net.cfg, "reads_pixels", False) or not hasattr(net, "frame_logits"):
-            p.error(f"{path}: the pixel streams need a causal network with the logmel front-end")
-        models.append((name, path, net.float(), entry["labels"]))
-    labels = models[0][3]
-    if any(m[3] != labels for m in models):
-        p.error("the checkpoints have different labels")
+    models, labels = load_models(p, args.checkpoint)
     keywords = [l for l in labels if l not in NOT_KEYWORDS]
     started = time.monotonic()
     clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
     n_keyword = sum(l in keywords for _, l in clips)
     lines = [f"| model | checkpoint | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS) + " | missed, FA/h at 0.5 |",
              "|---|---|" + "---|" * (len(FA_POINTS) + 1)]
-    for name, path, net, _ in models:
+    for name, path, net in models:
         d = pixel_det(net, labels, keywords, clips, noise, args.hours, args.seed)
         cells = []
         for fa in FA_POINTS:
