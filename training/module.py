@@ -129,9 +129,9 @@ class KWSModule(L.LightningModule):
         """States for n clips (`clips_after_streams`): the stream rows' carried states (detached),
         row i mod B for clip i. A word is heard after whatever the stream held: another word, a
         keyword's tail, noise, silence; from zeros only at a stream's very start. The clip stage
-        starts every clip from zeros, and a model trained so is surest of a word heard first:
-        after one other word and 1 s of silence, the default model's keywords reached a smoothed
-        0.96 a quarter less often than from zeros (BENCHMARKS.md, development measurements)."""
+        starts every clip from zeros, and the stream-trained default is surest of a word heard
+        first: after another word and 1 s of silence it finds about a third fewer keywords at 0.96
+        (BENCHMARKS.md, context_validation). Measured: this alone does not remove that gap."""
         if self._carry is None:
             raise RuntimeError("clip_states needs a stream step first: it reads the rows' states")
         return self._carry[torch.arange(n, device=self._carry.device) % len(self._carry)]
