@@ -1,12 +1,13 @@
-"""What came before a keyword: the share of held-out keyword images the detector finds when the
-word is heard first (the network's zero state), after silence, and after another word.
+"""What came before a keyword: the share of held-out keyword clips the detector finds when the
+word is heard first (the network's zero state), after silence or noise, and after another word.
 
-A stream never gives the network the zero state its clip training starts every clip from: a
-word follows silence, noise or other words, and the RotRNN layers and the pooling carry what
-they heard. On the pixel streams (benchmarks/pixel_stream.py) the default misses half the
+A stream never gives the network the zero state that training starts most clips from: a word
+follows silence, noise or other words, and the RotRNN layers and the pooling carry what they
+heard. On the pixel streams (benchmarks/pixel_stream.py) the default misses half the
 keywords at 1 false accept per hour; this bench isolates how much of that is the word's
-context and not the word. Every keyword image of the split (or `--clips` of them, drawn with the
-seed) is scored by the network on its pixels (`pixel_stream.score_pixels`) in three settings:
+context and not the word. Every keyword clip of the split (`pixel_stream.held_out_pixels`: its
+images and test_dev WAVs as pixels; or `--clips` of them, drawn with the seed) is scored by the
+network on its pixels (`pixel_stream.score_pixels`) in four settings:
 
     first:          the clip, then AFTER_S of silence, from the zero state
     after silence:  SILENCE_S of digital silence (pixel 0), the clip, AFTER_S of silence
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
         lines.append(f"| {name} ({path}) | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     body = "\n".join(lines) + (
-        f"\n\n{len(clips)} keyword images of {args.split}-split speakers (seed {args.seed}), no noise, "
+        f"\n\n{len(clips)} keyword clips (images and WAVs as pixels) of {args.split}-split speakers (seed {args.seed}), no noise, "
         f"each heard first (the zero state), after {SILENCE_S:g} s of silence, after {SILENCE_S:g} s of "
         f"background noise (a random slice, at its recorded level), and after {LEAD_S:g} s of "
         f"silence, one of {len(others)} other clips of the split and {GAP_S:g} s of silence; found: the "

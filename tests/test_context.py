@@ -70,7 +70,7 @@ def test_context_bench_runs_on_the_held_out_images(shared_data, tmp_path, capsys
             "--out", str(out)]
     assert context.main(args) == 0
     text = out.read_text()
-    assert "<!-- bench:context_validation -->" in text and "20 keyword images of validation-split" in text
+    assert "<!-- bench:context_validation -->" in text and "20 keyword clips (images and WAVs as pixels) of validation-split" in text
     row = next(line for line in text.splitlines() if line.startswith("| default"))
     first_at_half = float(row.split("|")[2].split("/")[0].strip(" %"))
     assert first_at_half >= 80                                  # the default hears most words at 0.5
