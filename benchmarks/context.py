@@ -39,14 +39,18 @@ from training.paths import default_data_root
 
 SILENCE_S = 1.5          # "after silence" / "after noise": this much pixel 0 / noise before the clip
 LEAD_S = 0.5             # "after a word": silence, the other clip, …
-GAP_S = 1.0              # … then this much silence before the clip (the audio streams' shortest gap)
+GAP_S = stream.GAP_S[0]  # … then this much silence before the clip (the streams' shortest gap)
 AFTER_S = 1.0            # silence after the clip (the detector's window runs on past its end)
 LEVELS = (0.5, 0.9, 0.96, 0.99)   # thresholds the table reads (the 1 FA/h points sit at 0.94–0.97)
 SETTINGS = ("first", "after silence", "after noise", "after a word")
 
 
+def frames(seconds: float) -> int:
+    return round(seconds * FRAME_RATE)
+
+
 def silence(seconds: float, bands: int) -> np.ndarray:
-    return np.zeros((round(seconds * FRAME_RATE), bands), np.float32)
+    return np.zeros((frames(seconds), bands), np.float32)
 
 
 def setting_pixels(clip: np.ndarray, other: np.ndarray, noise: np.ndarray, setting: str) -> tuple[np.ndarray, int]:
@@ -55,7 +59,7 @@ def setting_pixels(clip: np.ndarray, other: np.ndarray, noise: np.ndarray, setti
     F = clip.shape[1]
     before = {"first": silence(0, F),
               "after silence": silence(SILENCE_S, F),
-              "after noise": noise[:len(silence(SILENCE_S, F))],
+              "after noise": noise[:frames(SILENCE_S)],
               "after a word": np.concatenate([silence(LEAD_S, F), other, silence(GAP_S, F)])}[setting]
     return np.concatenate([before, clip, silence(AFTER_S, F)]).astype(np.float32), len(before)
 
@@ -65,7 +69,7 @@ def found(net, labels, keywords, clips, others, noise, rng, levels=LEVELS) -> di
     for each keyword clip rng draws one of `others` (clips) to come before it "after a word" and
     a slice of `noise` (frames) "after noise"."""
     hits = {s: np.zeros(len(levels)) for s in SETTINGS}
-    span = round(SILENCE_S * FRAME_RATE)
+    span = frames(SILENCE_S)
     for pixels, label in clips:
         other = others[rng.integers(len(others))][0]
         at = int(rng.integers(0, len(noise) - span))
