@@ -22,18 +22,15 @@ after its end (`stream.matched`).
 
     python -m benchmarks.context --checkpoint default=training/checkpoints/kws12_stream.ckpt
 """
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from app.spotter import NOT_KEYWORDS
 from benchmarks import stream
-from benchmarks.pixel_stream import held_out_pixels, load_models, noise_frames, score_pixels
-from benchmarks.report import BENCHMARKS_MD, write_section
-from corpus.splits import SPLITS
+from benchmarks.pixel_stream import checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels
+from benchmarks.report import write_section
 from model.logmel import FRAME_RATE
 from training.paths import default_data_root
 
@@ -83,15 +80,8 @@ def found(net, labels, keywords, clips, others, noise, rng, levels=LEVELS) -> di
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
-                   help="a checkpoint with the logmel front-end (repeatable)")
-    p.add_argument("--split", choices=SPLITS[1:], default="validation")
+    p = checkpoint_parser(__doc__, seed=0)
     p.add_argument("--clips", type=int, default=1000, help="keyword clips drawn from the split (0: all)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", type=Path, default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
-    p.add_argument("--note", default="", help="a sentence for BENCHMARKS.md: what was compared and why")
-    p.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file its section goes in")
     args = p.parse_args(argv)
     if args.clips < 0:
         p.error(f"--clips expects a count ≥ 0, got {args.clips}")

@@ -148,16 +148,23 @@ def load_models(parser: argparse.ArgumentParser, specs: list[str]) -> tuple[list
     return models, labels
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def checkpoint_parser(doc: str, seed: int) -> argparse.ArgumentParser:
+    """The arguments of a bench of checkpoints on a held-out split (this one, benchmarks/context.py):
+    --checkpoint (for `load_models`), --split, --seed, --data, --note, --out."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH",
                    help="a checkpoint with the logmel front-end (repeatable)")
     p.add_argument("--split", choices=SPLITS[1:], default="validation")
-    p.add_argument("--hours", type=float, default=10.0)
-    p.add_argument("--seed", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=seed)
     p.add_argument("--data", type=Path, default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     p.add_argument("--note", default="", help="a sentence for BENCHMARKS.md: what was compared and why")
     p.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file its section goes in")
+    return p
+
+
+def main(argv=None) -> int:
+    p = checkpoint_parser(__doc__, seed=2000)
+    p.add_argument("--hours", type=float, default=10.0)
     args = p.parse_args(argv)
     data = args.data or default_data_root()
     models, labels = load_models(p, args.checkpoint)
