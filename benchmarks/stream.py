@@ -30,6 +30,8 @@ HELD_OUT_PHRASE = "snowboy"   # never trained on (it evaluates `rotkws enroll`):
 WAKEWORD_CLIPS = 120          # wake-word recordings drawn into each segment's clip pool
 SEGMENT_MINUTES = 30.0        # one seeded stream; longer runs are several segments
 FEED_SECONDS = 1.0            # audio handed to the spotter per call
+BOOTSTRAP_DRAWS = 2000        # resamplings of the segments behind an interval
+INTERVAL = 0.95               # the share of them it spans
 # the sweep: every 0.005 from 0.30, then 1 − 10^−x for x = 2 … 4 by 0.1 (a model trained without
 # label smoothing puts its confident keywords above 0.99, where the low false-accept rates are)
 THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.30, 0.99, 0.005),
@@ -234,6 +236,32 @@ def rates(counts, hours: float) -> dict:
 def det_rows(totals: dict, hours: float) -> list[dict]:
     """{threshold: (keyword events, misses, false accepts)} over `hours` → the DET rows."""
     return [{"threshold": th, **rates(counts, hours)} for th, counts in totals.items()]
+
+
+def segment_picks(segments: int, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
+    """(draws, segments) segment indices drawn with replacement: the streams resampled by
+    segment (each segment its own seeded stream), the same draws for every model compared."""
+    return np.random.default_rng(seed).integers(0, segments, (draws, segments))
+
+
+def resampled_misses(counts: np.ndarray, seconds: np.ndarray, fa_per_hour: float, picks: np.ndarray) -> np.ndarray:
+    """The miss rate at the `fa_per_hour` operating point (`operating_point`'s choice: the
+    fewest misses among the thresholds at or under the budget) of each resampling in `picks`
+    (segment_picks): counts (segments, thresholds, 3) per segment and threshold (keyword events,
+    misses, false accepts), seconds (segments,) → (draws,), NaN where no threshold keeps to the
+    budget."""
+    sums = counts[picks].sum(1)                                     # (draws, thresholds, 3)
+    hours = seconds[picks].sum(1)[:, None] / 3600
+    miss = sums[..., 1] / np.maximum(sums[..., 0], 1)
+    best = np.where(sums[..., 2] / hours <= fa_per_hour, miss, np.inf).min(1)
+    return np.where(np.isfinite(best), best, np.nan)
+
+
+def interval(values: np.ndarray) -> tuple[float, float]:
+    """The central INTERVAL share of `values` (NaNs left out): (low, high)."""
+    tail = (1 - INTERVAL) / 2 * 100
+    low, high = np.nanpercentile(values, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def add_sweep(totals: dict, times: np.ndarray, scores: np.ndarray, events, labels, keywords) -> None:

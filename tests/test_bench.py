@@ -76,6 +76,41 @@ def test_score_counts_hits_misses_and_false_accepts():
     assert sources == {"another keyword": 1, "its keyword again": 1, "other speech": 1, "no speech": 1}
 
 
+def segment_counts(seed: int, segments: int = 6) -> np.ndarray:
+    """(segments, thresholds, 3) counts as a sweep gives them: misses rise and false accepts
+    fall with the threshold, each segment its own."""
+    rng = np.random.default_rng(seed)
+    T = len(stream.THRESHOLDS)
+    out = np.zeros((segments, T, 3), np.int64)
+    out[..., 0] = 300
+    out[..., 1] = np.sort(rng.integers(0, 300, (segments, T)), axis=1)
+    out[..., 2] = np.sort(rng.integers(0, 40, (segments, T)), axis=1)[:, ::-1]
+    return out
+
+
+def test_resampled_misses_choose_as_the_operating_point_does():
+    counts, seconds = segment_counts(0), np.full(6, 1800.0)
+    for fa in (10.0, 3.0, 1.0):
+        op = stream.operating_point(stream.det_rows(dict(zip(stream.THRESHOLDS, counts.sum(0))), 3.0), fa)
+        every = stream.resampled_misses(counts, seconds, fa, np.arange(6)[None])    # each segment once
+        assert every[0] == pytest.approx(op["miss_rate"])
+    picks = stream.segment_picks(6, draws=500, seed=1)
+    assert picks.shape == (500, 6) and np.array_equal(picks, stream.segment_picks(6, draws=500, seed=1))
+    draws = stream.resampled_misses(counts, seconds, 3.0, picks)
+    low, high = stream.interval(draws)
+    assert low <= stream.resampled_misses(counts, seconds, 3.0, np.arange(6)[None])[0] <= high
+    assert low < high                                                 # segments differ: a spread
+    same = stream.resampled_misses(counts, seconds, 3.0, picks)
+    assert stream.interval(same - draws) == (0.0, 0.0)                # paired: a model against itself
+    none = counts.copy()
+    none[..., 2] = 1000                                               # no threshold keeps the budget
+    assert np.isnan(stream.resampled_misses(none, seconds, 1.0, picks)).all()
+    shifted = counts.copy()
+    shifted[..., 1] = np.minimum(shifted[..., 1] + 30, 300)           # 10 points more missed everywhere
+    low, high = stream.interval(stream.resampled_misses(shifted, seconds, 3.0, picks) - draws)
+    assert 0 < low <= high <= 0.1 + 1e-9
+
+
 def test_stream_is_seeded_and_its_ground_truth_is_where_the_speech_is(shared_data):
     labels = LABELS[:3] + ("_unknown_", "_silence_")
     clips = stream.held_out_clips(shared_data, labels, "testing", np.random.default_rng(0))
