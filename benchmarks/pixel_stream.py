@@ -120,7 +120,9 @@ def score_pixels(net, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def pixel_det(net, labels, keywords, clips, noise, hours: float, seed: int) -> dict:
     """DET rows over `hours` of pixel streams (segments of stream.SEGMENT_MINUTES, seeds
-    seed, seed + 1, …), as benchmarks/stream.py's `det` gives them for audio."""
+    seed, seed + 1, …), as benchmarks/stream.py's `det` gives them for audio, and each
+    segment's counts (segments, thresholds, 3) and seconds, for resampling
+    (stream.resampled_misses)."""
     counts, seconds = [], []
     for minutes, rng in stream.segment_rngs(hours, seed):
         pixels, events = build_pixel_stream(clips, minutes, noise, rng)

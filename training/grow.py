@@ -4,7 +4,7 @@ A block is `h + half-GLU(GELU(C·x + D ⊙ u))` (model/network.py): with the rec
 output map C and skip D at zero its output is GELU(0)·σ(…) = 0, so the block passes h through
 unchanged. New blocks built that way (everything else initialised as a fresh network would be)
 are appended after the trained ones: the grown network's logits equal the original's, the
-state gains one zero segment per new layer (before `pooled`), and training from it
+state gains one segment per new layer (before `pooled`; zeros to start, as every segment), and training from it
 (`trainer.init_from`) starts where the original stopped, with C and D of the new blocks the
 first weights to move.
 
