@@ -222,6 +222,29 @@ def test_clips_start_from_the_rows_states_they_are_given():
     assert not torch.allclose(module(x, states), module(x), atol=1e-4)    # the state matters
 
 
+def test_keyword_frames_weigh_as_configured_in_the_stream_loss():
+    from training.module import KWSModule
+    model = {"labels": ["a", "b", "_unknown_"], "frontend": "logmel", "d_model": 16, "state": 16,
+             "heads": 2, "layers": 1, "chunk": 16}
+    x = torch.rand(2, 40, F) * 255
+    targets = torch.full((2, 40), 2)
+    targets[0, 10:20], targets[1, 5:8], targets[1, 30:] = 0, 1, IGNORE
+    losses = {}
+    for w in (1.0, 3.0):
+        torch.manual_seed(0)
+        module = KWSModule(model, {"keyword_weight": w}).eval()
+        module.log = lambda *a, **k: None
+        losses[w] = module.stream_step((x, targets), "val/")
+    torch.manual_seed(0)
+    net = KWSModule(model, {}).eval().net
+    logits, _ = net.frame_logits(x, net.initial_state(2))
+    each = torch.nn.functional.cross_entropy(logits.reshape(-1, 3), targets.reshape(-1).clamp(min=0), reduction="none")
+    kept = targets.reshape(-1) != IGNORE
+    weight = torch.where(targets.reshape(-1) < 2, 3.0, 1.0)[kept]
+    assert torch.allclose(losses[1.0], each[kept].mean())
+    assert torch.allclose(losses[3.0], (each[kept] * weight).sum() / weight.sum())   # a weighted mean
+
+
 # -- calibration ----------------------------------------------------------------------------------
 def test_choose_spends_the_false_accept_budget_where_it_buys_the_most_hits():
     from export.calibrate import choose

@@ -35,6 +35,8 @@ class OptimConfig:
                                        # frames' cross-entropy (training/streams.py: peak_loss)
     clips_after_streams: bool = False  # stream training: each step's clips start from the states
                                        # its stream rows reached (`clip_states`), not from zeros
+    keyword_weight: float = 1.0        # stream training: weight of the frames that ask for a keyword
+                                       # in the frames' cross-entropy (the rest weigh 1)
 
 
 def warmup_cosine(step: int, warmup: int, total: int) -> float:
@@ -111,7 +113,11 @@ class KWSModule(L.LightningModule):
         logits, state = self.net.frame_logits(pixels, carry * keep)
         self._carry = state.detach()
         C = logits.shape[-1]
-        loss = F.cross_entropy(logits.reshape(-1, C), targets.reshape(-1), ignore_index=IGNORE,
+        weight = None
+        if self.optim.keyword_weight != 1.0:
+            weight = logits.new_ones(C)
+            weight[self.keyword_columns] = self.optim.keyword_weight
+        loss = F.cross_entropy(logits.reshape(-1, C), targets.reshape(-1), weight=weight, ignore_index=IGNORE,
                                label_smoothing=self.optim.label_smoothing)
         if self.optim.peak_loss > 0:
             hit, false = peak_loss(logits, targets, self.keyword_columns)
