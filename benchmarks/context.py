@@ -29,8 +29,8 @@ import numpy as np
 
 from app.spotter import NOT_KEYWORDS
 from benchmarks import stream
-from benchmarks.pixel_stream import checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels
-from benchmarks.report import write_section
+from benchmarks.pixel_stream import (checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels,
+                                     write_bench)
 from model.logmel import FRAME_RATE
 from training.paths import default_data_root
 
@@ -101,15 +101,13 @@ def main(argv=None) -> int:
         cells = [" / ".join(f"{shares[s][k] * 100:.1f} %" for s in SETTINGS) for k in range(len(LEVELS))]
         lines.append(f"| {name} ({path}) | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
-    body = "\n".join(lines) + (
-        f"\n\n{len(clips)} keyword clips (images and WAVs as pixels) of {args.split}-split speakers (seed {args.seed}), no noise, "
-        f"each heard first (the zero state), after {SILENCE_S:g} s of silence, after {SILENCE_S:g} s of "
-        f"background noise (a random slice, at its recorded level), and after {LEAD_S:g} s of "
-        f"silence, one of {len(others)} other clips of the split and {GAP_S:g} s of silence; found: the "
-        f"runtime's rule fires the keyword at that threshold by {stream.HIT_WINDOW_S:g} s after the clip. "
-        f"{args.note} ({(time.monotonic() - started) / 60:.0f} min.)")
-    write_section(f"context_{args.split}", f"What came before a keyword ({args.split} split)", body,
-                  args.out, script="context")
+    write_bench(args, "context", "What came before a keyword", lines,
+                f"{len(clips)} keyword clips (images and WAVs as pixels) of {args.split}-split speakers (seed {args.seed}), no noise, "
+                f"each heard first (the zero state), after {SILENCE_S:g} s of silence, after {SILENCE_S:g} s of "
+                f"background noise (a random slice, at its recorded level), and after {LEAD_S:g} s of "
+                f"silence, one of {len(others)} other clips of the split and {GAP_S:g} s of silence; found: the "
+                f"runtime's rule fires the keyword at that threshold by {stream.HIT_WINDOW_S:g} s after the clip.",
+                started)
     return 0
 
 

@@ -172,6 +172,14 @@ def checkpoint_parser(doc: str, seed: int) -> argparse.ArgumentParser:
     return p
 
 
+def write_bench(args, name: str, title: str, lines: list[str], text: str, started: float) -> None:
+    """A checkpoint bench's section (`checkpoint_parser`'s --split, --note, --out): the table
+    `lines`, then `text`, the note and the minutes since `started`, as section `<name>_<split>`
+    of `benchmarks/<name>.py`."""
+    body = "\n".join(lines) + f"\n\n{text} {args.note} ({(time.monotonic() - started) / 60:.0f} min.)"
+    write_section(f"{name}_{args.split}", f"{title} ({args.split} split)", body, args.out, script=name)
+
+
 def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=2000)
     p.add_argument("--hours", type=float, default=10.0)
@@ -208,16 +216,13 @@ def main(argv=None) -> int:
         cells.append(f"{half['miss_rate'] * 100:.1f} %, {half['fa_per_hour']:.1f}")
         lines.append(f"| {name} | {path} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
-    body = "\n".join(lines) + (
-        f"\n\nStreams of {args.split}-split speakers in the feature domain: {d['hours']:.1f} h, "
-        f"{d['keyword_events']} keywords from {n_keyword} distinct keyword clips and "
-        f"{len(clips) - n_keyword} distinct other clips (images, test_dev WAVs, wake-word recordings), "
-        f"seeds {args.seed}…; thresholds in round brackets; in square ones the central "
-        f"{stream.INTERVAL * 100:.0f} % of {stream.BOOTSTRAP_DRAWS} resamplings of the {len(d['seconds'])} "
-        f"segments, the same draws for every model (the column against the first is paired). {args.note} "
-        f"({(time.monotonic() - started) / 60:.0f} min.)")
-    write_section(f"pixel_stream_{args.split}", f"Streaming detection on held-out images ({args.split} split)",
-                  body, args.out, script="pixel_stream")
+    write_bench(args, "pixel_stream", "Streaming detection on held-out images", lines,
+                f"Streams of {args.split}-split speakers in the feature domain: {d['hours']:.1f} h, "
+                f"{d['keyword_events']} keywords from {n_keyword} distinct keyword clips and "
+                f"{len(clips) - n_keyword} distinct other clips (images, test_dev WAVs, wake-word recordings), "
+                f"seeds {args.seed}…; thresholds in round brackets; in square ones the central "
+                f"{stream.INTERVAL * 100:.0f} % of {stream.BOOTSTRAP_DRAWS} resamplings of the {len(d['seconds'])} "
+                f"segments, the same draws for every model (the column against the first is paired).", started)
     return 0
 
 
