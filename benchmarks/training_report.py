@@ -31,14 +31,15 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     rows = [r for r in epochs(args.run) if "val/acc" in r]
     best = max(rows, key=lambda r: r["val/acc"])
+    shown = rows[::5] + ([] if (len(rows) - 1) % 5 == 0 else [rows[-1]])   # every fifth epoch and the last
     secs = [r["train/epoch_seconds"] for r in rows if "train/epoch_seconds" in r]
-    body = (f"Run `{args.run.name}` of `training/configs/{args.name}.yaml`{args.note}: {len(rows)} epochs; best validation "
+    body = (f"Run `{args.run.name}` of `training/configs/{args.name}.yaml`{args.note}: {len(rows)} epoch{'s' * (len(rows) != 1)}; best validation "
             f"accuracy {best['val/acc']:.3f} at epoch {best['epoch']} (train accuracy there, with augmentation: "
             f"{best.get('train/acc', float('nan')):.3f}); median {statistics.median(secs):.0f} s per epoch "
             f"({statistics.median(secs) * len(rows) / 60:.0f} min for the run), on the CPU shared with other work.\n\n"
             "| epoch | validation accuracy | s/epoch |\n| ---: | ---: | ---: |\n"
             + "\n".join(f"| {r['epoch']} | {r['val/acc']:.3f} | {r.get('train/epoch_seconds', float('nan')):.0f} |"
-                        for r in rows[::5] + [rows[-1]]))
+                        for r in shown))
     write_section(f"training_{args.run.name}", f"Training `{args.run.name}` on this CPU", body,
                   script="training_report")
     print(body)
