@@ -87,21 +87,32 @@ def build_pixel_stream(clips, minutes: float, noise: np.ndarray, rng) -> tuple[n
             if t >= total:
                 break
     power = torch.zeros(t + round(FRAME_RATE), noise.shape[1], dtype=torch.float64)
-    floor = float(power_from_pixels(torch.zeros(1)))            # what pixel 0 means: silence
     events = []
     for k, (i, start) in enumerate(placed):
         pixels, label = clips[i]
         n = len(pixels)
-        clip = power_from_pixels(torch.from_numpy(pixels.astype(np.float64)))
         snr = stream.SNRS_DB[k % len(stream.SNRS_DB)]
         at = int(rng.integers(0, len(noise) - n - lead))
-        bed = power_from_pixels(torch.from_numpy(noise[at:at + n + lead].astype(np.float64)))
-        bed = bed * (clip.mean() / bed.mean() / 10 ** (snr / 10))
-        power[start:start + n] += clip
-        power[start - lead:start + n] += bed
+        power[start - lead:start + n] += over_noise(pixels, noise[at:at + n + lead], snr)
         events.append(stream.Event(label, start / FRAME_RATE, (start + n) / FRAME_RATE, snr))
-    pixels = pixels_from_power(torch.clamp(power, min=floor)).clamp(min=0).float().numpy()
-    return pixels, events
+    return pixels_from_mel_power(power), events
+
+
+def over_noise(pixels: np.ndarray, noise: np.ndarray, snr_db: float) -> torch.Tensor:
+    """Mel power (len(noise), N_MELS) float64: the clip's `pixels` at the end of the `noise`
+    pixels (the rest of them come first: the stream's gate), the noise scaled to `snr_db` under
+    the clip's mean mel power."""
+    clip = power_from_pixels(torch.from_numpy(pixels.astype(np.float64)))
+    bed = power_from_pixels(torch.from_numpy(noise.astype(np.float64)))
+    bed = bed * (clip.mean() / bed.mean() / 10 ** (snr_db / 10))
+    bed[len(bed) - len(clip):] += clip
+    return bed
+
+
+def pixels_from_mel_power(power: torch.Tensor) -> np.ndarray:
+    """Mixed mel power → pixels (T, N_MELS) float32, zero power as digital silence (pixel 0)."""
+    floor = float(power_from_pixels(torch.zeros(1)))            # what pixel 0 means: silence
+    return pixels_from_power(torch.clamp(power, min=floor)).clamp(min=0).float().numpy()
 
 
 @torch.no_grad()

@@ -1,0 +1,155 @@
+"""Heard alone: the detection rule on every held-out clip by itself, from the network's zero
+state, and the false accepts per hour a stream of such clips would give at each miss rate.
+
+The pixel streams (benchmarks/pixel_stream.py) put every clip of a held-out split, keywords and
+other speech, in random order at stream.GAP_S gaps over noise, with the state carried through.
+This bench takes the same clips (`pixel_stream.held_out_pixels`) and leaves out what the stream
+adds: each clip is scored alone (as context.py's "first": the zero state, the clip, AFTER_S of
+silence; nothing before it), clean or over the streams' noise (`pixel_stream.over_noise`: the
+SNRs of stream.SNRS_DB in turn, gated as in the streams), and swept through the runtime's rule
+(`stream.sweep_detections`; hits and false accepts as `stream.matched` counts them). A stream
+of the clips, each once per pass, holds `items_per_hour` of them; the false accepts a clip gives
+alone, times that rate, are the false accepts per hour the stream would have if the words
+around each clip and the carried state cost nothing:
+
+    FA/h(threshold) = false accepts over all clips / clips × items_per_hour
+
+Clean, that is the easiest a stream can be (context.py: the stream-trained models find a word
+heard first more often than after anything else). A model that, heard alone and clean, already
+gives more than the done-when's false accepts per hour when it misses only its share of
+keywords cannot reach it on the stream by any threshold or detection rule: it must confuse
+fewer words.
+
+    python -m benchmarks.alone --checkpoint default=training/checkpoints/kws12_stream.ckpt
+"""
+import sys
+import time
+
+import numpy as np
+
+from app.spotter import NOT_KEYWORDS
+from benchmarks import pixel_stream, stream
+from benchmarks.context import AFTER_S, silence
+from benchmarks.pixel_stream import checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels, write_bench
+from model.logmel import FRAME_RATE
+from training.paths import default_data_root
+
+FA_POINTS = (10.0, 1.0, 0.1)        # false accepts per hour the table reads (as pixel_stream's)
+MISS_POINT = 0.10                   # the issue's done-when: ≤ 10 % missed at 1 FA/h
+
+
+def items_per_hour(clips) -> float:
+    """Clips per hour of a pixel stream of `clips` (each once per pass, a mean stream.GAP_S gap
+    before each)."""
+    seconds = np.mean([len(pixels) for pixels, _ in clips]) / FRAME_RATE + np.mean(stream.GAP_S)
+    return 3600 / seconds
+
+
+def alone_pixels(pixels: np.ndarray, noise: np.ndarray | None, snr_db: float | None) -> tuple[np.ndarray, int]:
+    """(pixels (T, N_MELS) float32, the clip's first frame): the clip, clean or over `noise` (its
+    last len(pixels) frames under the clip at `snr_db`, the ones before it the stream's gate),
+    then AFTER_S of silence."""
+    if noise is None:
+        heard = pixels.astype(np.float32)
+    else:
+        heard = pixel_stream.pixels_from_mel_power(pixel_stream.over_noise(pixels, noise, snr_db))
+    x = np.concatenate([heard, silence(AFTER_S, pixels.shape[1])])
+    return x, len(heard) - len(pixels)
+
+
+def sweep_alone(net, labels, keywords, clips, noise=None, rng=None, thresholds=stream.THRESHOLDS) -> dict:
+    """Each clip alone through the rule at every threshold: {"thresholds", "keyword_clips",
+    "other_clips", "misses" (T,), "on_keyword" (T,): false accepts on keyword clips (another
+    keyword, or its own a second time), "on_other" (T,): false accepts on the other clips}.
+    With `noise` (frames), the k-th clip is heard over a slice of it drawn by `rng`, at
+    stream.SNRS_DB in turn, gated stream.GAP_S[0] before the clip as the streams are."""
+    thresholds = [float(th) for th in thresholds]
+    misses, on_keyword, on_other = (np.zeros(len(thresholds), np.int64) for _ in range(3))
+    lead = round(stream.GAP_S[0] * FRAME_RATE)
+    for k, (pixels, label) in enumerate(clips):
+        bed, snr = None, None
+        if noise is not None:
+            at = int(rng.integers(0, len(noise) - len(pixels) - lead))
+            bed, snr = noise[at:at + lead + len(pixels)], stream.SNRS_DB[k % len(stream.SNRS_DB)]
+        x, start = alone_pixels(pixels, bed, snr)
+        times, scores = score_pixels(net, x)
+        event = stream.Event(label, start / FRAME_RATE, (start + len(pixels)) / FRAME_RATE)
+        for j, dets in enumerate(stream.sweep_detections(times, scores, labels, keywords, thresholds).values()):
+            targets, hit, false = stream.matched(dets, [event], keywords)
+            misses[j] += len(targets) - len(hit)
+            (on_keyword if label in keywords else on_other)[j] += len(false)
+    n_keyword = sum(label in keywords for _, label in clips)
+    return {"thresholds": thresholds, "keyword_clips": n_keyword, "other_clips": len(clips) - n_keyword,
+            "misses": misses, "on_keyword": on_keyword, "on_other": on_other}
+
+
+def det_rows(sweep: dict, per_hour: float) -> list[dict]:
+    """The sweep as DET rows (stream.operating_point reads them): miss rate over the keyword
+    clips, false accepts per hour of a stream holding `per_hour` clips, and the false accepts
+    per hour from keyword clips and from the others."""
+    clips = sweep["keyword_clips"] + sweep["other_clips"]
+    rate = per_hour / clips
+    return [{"threshold": th, "miss_rate": m / max(1, sweep["keyword_clips"]),
+             "fa_per_hour": (a + b) * rate, "from_keywords": a * rate, "from_others": b * rate}
+            for th, m, a, b in zip(sweep["thresholds"], sweep["misses"], sweep["on_keyword"], sweep["on_other"])]
+
+
+def at_miss_rate(rows: list[dict], miss_rate: float) -> dict | None:
+    """The row with the fewest false accepts per hour among those missing at most `miss_rate`."""
+    ok = [r for r in rows if r["miss_rate"] <= miss_rate]
+    return min(ok, key=lambda r: (r["fa_per_hour"], -r["threshold"])) if ok else None
+
+
+def row_cells(rows: list[dict]) -> list[str]:
+    """The table's cells of one sweep's DET rows."""
+    cells = []
+    for fa in FA_POINTS:
+        op = stream.operating_point(rows, fa)
+        cells.append(f"{op['miss_rate'] * 100:.1f} % ({op['threshold']:.3f})" if op else "—")
+    op = at_miss_rate(rows, MISS_POINT)
+    cells.append(f"{op['fa_per_hour']:.1f} ({op['from_keywords']:.1f} + {op['from_others']:.1f}) "
+                 f"({op['threshold']:.3f})" if op else "—")
+    half = min(rows, key=lambda r: abs(r["threshold"] - 0.5))
+    cells.append(f"{half['miss_rate'] * 100:.1f} %, {half['fa_per_hour']:.1f}")
+    return cells
+
+
+def main(argv=None) -> int:
+    p = checkpoint_parser(__doc__, seed=0)
+    p.add_argument("--clips", type=int, default=0, help="clips drawn from the split, keywords and others (0: all)")
+    args = p.parse_args(argv)
+    if args.clips < 0:
+        p.error(f"--clips expects a count ≥ 0, got {args.clips}")
+    models, labels = load_models(p, args.checkpoint)
+    keywords = [l for l in labels if l not in NOT_KEYWORDS]
+    started = time.monotonic()
+    data = args.data or default_data_root()
+    clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
+    per_hour = items_per_hour(clips)                  # of the whole split's streams
+    if args.clips:
+        clips = [clips[i] for i in np.random.default_rng(args.seed).permutation(len(clips))[:args.clips]]
+    lines = ["| model | heard | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS)
+             + f" | FA/h at {MISS_POINT:.0%} missed: all (on keywords + on other speech) | missed, FA/h at 0.5 |",
+             "|---|---|" + "---|" * (len(FA_POINTS) + 2)]
+    for name, path, net in models:
+        for heard, bed in (("clean", None), ("over noise", noise)):
+            sweep = sweep_alone(net, labels, keywords, clips, bed, np.random.default_rng(args.seed))
+            lines.append(f"| {name} ({path}) | {heard} | " + " | ".join(row_cells(det_rows(sweep, per_hour))) + " |")
+            print(lines[-1], flush=True)
+    n_keyword = sum(label in keywords for _, label in clips)
+    write_bench(args, "alone", "Heard alone: the floor under the stream's false accepts", lines,
+                f"Every clip of {args.split}-split speakers scored alone: {n_keyword} keyword clips and "
+                f"{len(clips) - n_keyword} other clips (images, test_dev WAVs, wake-word recordings as pixels), "
+                f"from the zero state, followed by {AFTER_S:g} s of silence, clean or over background noise "
+                f"(a random slice, seed {args.seed}, at {' / '.join(f'{x:g}' for x in stream.SNRS_DB)} dB in turn, "
+                f"gated {stream.GAP_S[0]:g} s before the clip as in the streams); false accepts per hour "
+                f"are those per clip times the {per_hour:.0f} clips an hour of pixel_stream's streams holds "
+                f"(each once per pass, {np.mean(stream.GAP_S):g} s mean gap): what the streams would give if "
+                f"the words around each clip and the carried state cost nothing (clean: and the noise too); "
+                f"thresholds in brackets; — where no threshold of the sweep (from {stream.THRESHOLDS[0]:g}) "
+                f"misses so few.", started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
