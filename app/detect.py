@@ -1,4 +1,4 @@
-"""`rotkws detect [--model M] [--scores] AUDIO...`: the keyword spotter over audio files.
+"""`rotkws detect [--model M] [--keywords K,…] [--scores] AUDIO...`: the keyword spotter over audio files.
 
 Each file is read from disk in blocks and fed to the spotter as a stream, the path live audio
 takes, so an hour-long file needs no more memory than a second of it. One JSON line per
@@ -21,13 +21,23 @@ BLOCK_SECONDS = 1.0   # read files in blocks of this length
 
 def model_settings(argv: list[str]) -> dict:
     """The detection settings that apply to the model the command line names (its metadata's,
-    else app/detection.py's), for --help to show; {} when it cannot be read (the run says why)."""
+    else app/detection.py's) and its keywords, for --help to show; {} when it cannot be read
+    (the run says why)."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model")
     try:
-        return detection_settings(KeywordModel(pre.parse_known_args(argv)[0].model), {})
+        model = KeywordModel(pre.parse_known_args(argv)[0].model)
+        return detection_settings(model, {}) | {"keywords": model.keywords}
     except ValueError:
         return {}
+
+
+def keyword_list(text: str) -> list[str]:
+    """--keywords: names separated by commas."""
+    names = [k.strip() for k in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected keyword names separated by commas, got {text!r}")
+    return names
 
 
 def shown(settings: dict, key: str) -> str:
@@ -46,6 +56,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("audio", nargs="+", help="audio files (WAV/FLAC/OGG, any rate, channels, bit depth)")
     p.add_argument("--model", default=None, help=f"rotkws ONNX file (default: {DEFAULT_MODEL})")
     p.add_argument("--scores", action="store_true", help="print the score track as CSV instead")
+    every = ", ".join(m["keywords"]) if "keywords" in m else "all of the model's"
+    p.add_argument("--keywords", type=keyword_list, help="the keywords to listen for, separated by "
+                   f"commas; the others never fire (default: {every})")
     p.add_argument("--threshold", type=float, help="smoothed probability that fires, one for every "
                    f"keyword (default: {shown(m, 'threshold')})")
     p.add_argument("--smoothing", type=int, help=f"moving-average window in hops (default: {shown(m, 'smoothing')})")
@@ -79,10 +92,10 @@ def emit(writer, path: Path, result, scores: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        spotter = KeywordSpotter(KeywordModel(args.model), threshold=args.threshold,
+        spotter = KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, threshold=args.threshold,
                                  smoothing=args.smoothing, min_hops=args.min_hops,
                                  refractory_s=args.refractory, flush_s=args.flush)
-    except ValueError as e:                     # ModelError, or a detection setting out of range
+    except ValueError as e:                     # ModelError, a keyword it lacks, or a setting out of range
         print(f"rotkws detect: {e}", file=sys.stderr)
         return 2
     writer = csv.writer(sys.stdout, lineterminator="\n")

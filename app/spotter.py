@@ -164,15 +164,19 @@ class KeywordSpotter:
     Settings left None come from the model's metadata (`detection`), else app/detection.py.
     """
 
-    def __init__(self, model, *, threshold: float | dict[str, float] | None = None,
+    def __init__(self, model, *, keywords=None, threshold: float | dict[str, float] | None = None,
                  smoothing: int | None = None, min_hops: int | None = None,
                  refractory_s: float | None = None, flush_s: float | None = None):
+        """keywords: the ones to listen for (None: all the model's); the others never fire."""
         self.model = model if isinstance(model, KeywordModel) else KeywordModel(model)
+        self.keywords = listened(self.model, keywords)
         given = {"threshold": threshold, "smoothing": smoothing, "min_hops": min_hops,
                  "refractory_s": refractory_s, "flush_s": flush_s}
         self.settings = detection_settings(self.model, given)
+        if isinstance(self.settings["threshold"], dict):       # per keyword: those listened for
+            self.settings["threshold"] = {k: v for k, v in self.settings["threshold"].items() if k in self.keywords}
         self.flush_s = self.settings.pop("flush_s")
-        self.detector = Detector(self.model.labels, self.model.keywords, **self.settings)
+        self.detector = Detector(self.model.labels, self.keywords, **self.settings)
         self._resampler = StreamResampler(self.model.sample_rate)
         self.reset()
 
@@ -247,6 +251,18 @@ class KeywordSpotter:
             return scores[0]
         self._window = np.concatenate([self._window[len(hop):], hop])
         return self.model.run(self._window[None], None)[0][0]
+
+
+def listened(model: KeywordModel, keywords) -> tuple[str, ...]:
+    """The keywords a spotter listens for: None → all the model's; else a name or names among
+    them (in the model's order)."""
+    if keywords is None:
+        return model.keywords
+    chosen = [keywords] if isinstance(keywords, str) else list(keywords)
+    if not chosen or len(set(chosen)) != len(chosen) or any(k not in model.keywords for k in chosen):
+        raise ValueError(f"expected one or more of the model's keywords {list(model.keywords)}, each once, "
+                         f"got {chosen}")
+    return tuple(k for k in model.keywords if k in chosen)
 
 
 def detection_settings(model: KeywordModel, given: dict) -> dict:

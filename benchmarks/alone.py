@@ -57,29 +57,37 @@ def alone_pixels(pixels: np.ndarray, noise: np.ndarray | None, snr_db: float | N
     return x, len(heard) - len(pixels)
 
 
-def sweep_alone(net, labels, keywords, clips, noise=None, rng=None, thresholds=stream.THRESHOLDS) -> dict:
-    """Each clip alone through the rule at every threshold: {"thresholds", "keyword_clips",
-    "other_clips", "misses" (T,), "on_keyword" (T,): false accepts on keyword clips (another
-    keyword, or its own a second time), "on_other" (T,): false accepts on the other clips}.
-    With `noise` (frames), the k-th clip is heard over a slice of it drawn by `rng`, at
-    stream.SNRS_DB in turn, gated stream.GAP_S[0] before the clip as the streams are."""
-    thresholds = [float(th) for th in thresholds]
-    misses, on_keyword, on_other = (np.zeros(len(thresholds), np.int64) for _ in range(3))
+def heard_alone(net, clips, noise=None, rng=None) -> list[tuple[np.ndarray, np.ndarray, stream.Event]]:
+    """Each clip scored alone (`alone_pixels`, `pixel_stream.score_pixels`): [(times, scores,
+    the clip's Event)]. With `noise` (frames), the k-th clip is heard over a slice of it drawn
+    by `rng`, at stream.SNRS_DB in turn, gated stream.GAP_S[0] before the clip as the streams are."""
     lead = round(stream.GAP_S[0] * FRAME_RATE)
+    tracks = []
     for k, (pixels, label) in enumerate(clips):
         bed, snr = None, None
         if noise is not None:
             at = int(rng.integers(0, len(noise) - len(pixels) - lead))
             bed, snr = noise[at:at + lead + len(pixels)], stream.SNRS_DB[k % len(stream.SNRS_DB)]
         x, start = alone_pixels(pixels, bed, snr)
-        times, scores = score_pixels(net, x)
-        event = stream.Event(label, start / FRAME_RATE, (start + len(pixels)) / FRAME_RATE)
+        tracks.append((*score_pixels(net, x), stream.Event(label, start / FRAME_RATE, (start + len(pixels)) / FRAME_RATE, snr)))
+    return tracks
+
+
+def sweep_alone(tracks, labels, keywords, thresholds=stream.THRESHOLDS) -> dict:
+    """The tracks of `heard_alone` through the rule listening for `keywords` (all the model's,
+    or some), at every threshold: {"thresholds", "keyword_clips" (clips of those keywords),
+    "other_clips", "misses" (T,), "on_keyword" (T,): false accepts on clips of any of the
+    model's keywords (another keyword, or its own a second time), "on_other" (T,): on the
+    other clips (`_unknown_` words and phrases)}."""
+    thresholds = [float(th) for th in thresholds]
+    misses, on_keyword, on_other = (np.zeros(len(thresholds), np.int64) for _ in range(3))
+    for times, scores, event in tracks:
         for j, dets in enumerate(stream.sweep_detections(times, scores, labels, keywords, thresholds).values()):
             targets, hit, false = stream.matched(dets, [event], keywords)
             misses[j] += len(targets) - len(hit)
-            (on_keyword if label in keywords else on_other)[j] += len(false)
-    n_keyword = sum(label in keywords for _, label in clips)
-    return {"thresholds": thresholds, "keyword_clips": n_keyword, "other_clips": len(clips) - n_keyword,
+            (on_other if event.label in NOT_KEYWORDS else on_keyword)[j] += len(false)
+    n_keyword = sum(event.label in keywords for *_, event in tracks)
+    return {"thresholds": thresholds, "keyword_clips": n_keyword, "other_clips": len(tracks) - n_keyword,
             "misses": misses, "on_keyword": on_keyword, "on_other": on_other}
 
 
@@ -116,6 +124,7 @@ def row_cells(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=0)
+    p.add_argument("--per-keyword", action="store_true", help="also each keyword listened for alone")
     p.add_argument("--clips", type=int, default=0, help="clips drawn from the split, keywords and others (0: all)")
     args = p.parse_args(argv)
     if args.clips < 0:
@@ -131,12 +140,23 @@ def main(argv=None) -> int:
     lines = ["| model | heard | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS)
              + f" | FA/h at {MISS_POINT:.0%} missed: all (on keywords + on other speech) | missed, FA/h at 0.5 |",
              "|---|---|" + "---|" * (len(FA_POINTS) + 2)]
+    alone_lines = ["", "Listening for one keyword (the rule given that keyword alone; its false accepts on other "
+                   "keywords' clips and on other speech):", "",
+                   "| model | heard | keyword | " + lines[0].split("| heard | ")[1], "|---|---|---|" + lines[1][len("|---|---|"):]]
     for name, path, net in models:
         for heard, bed in (("clean", None), ("over noise", noise)):
-            sweep = sweep_alone(net, labels, keywords, clips, bed, np.random.default_rng(args.seed))
-            lines.append(f"| {name} ({path}) | {heard} | " + " | ".join(row_cells(det_rows(sweep, per_hour))) + " |")
+            tracks = heard_alone(net, clips, bed, np.random.default_rng(args.seed))
+            lines.append(f"| {name} ({path}) | {heard} | "
+                         + " | ".join(row_cells(det_rows(sweep_alone(tracks, labels, keywords), per_hour))) + " |")
             print(lines[-1], flush=True)
+            if args.per_keyword:
+                for keyword in keywords:
+                    rows = det_rows(sweep_alone(tracks, labels, [keyword]), per_hour)
+                    alone_lines.append(f"| {name} | {heard} | {keyword} | " + " | ".join(row_cells(rows)) + " |")
+                    print(alone_lines[-1], flush=True)
     n_keyword = sum(label in keywords for _, label in clips)
+    if args.per_keyword:
+        lines += alone_lines
     write_bench(args, "alone", "Heard alone: the floor under the stream's false accepts", lines,
                 f"Every clip of {args.split}-split speakers scored alone: {n_keyword} keyword clips and "
                 f"{len(clips) - n_keyword} other clips (images, test_dev WAVs, wake-word recordings as pixels), "

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks import alone, stream
-from benchmarks.alone import alone_pixels, at_miss_rate, det_rows, items_per_hour, sweep_alone
+from benchmarks.alone import alone_pixels, at_miss_rate, det_rows, heard_alone, items_per_hour, sweep_alone
 from benchmarks.pixel_stream import over_noise
 from model.logmel import FRAME_RATE, power_from_pixels
 
@@ -54,7 +54,8 @@ def test_a_clip_alone_is_the_clip_then_silence_or_over_its_gated_noise():
 def test_hits_and_false_accepts_are_the_rules_on_each_clip():
     clips = [(clip(150), "yes"), (clip(150), "yes"), (clip(150), "no"), (clip(120), "no"),
              (clip(150), "_unknown_"), (clip(60), "_unknown_")]
-    sweep = sweep_alone(HearsByLevel(), LABELS, ["yes", "no"], clips, thresholds=[0.5, 0.9999])
+    tracks = heard_alone(HearsByLevel(), clips)
+    sweep = sweep_alone(tracks, LABELS, ["yes", "no"], thresholds=[0.5, 0.9999])
     assert sweep["keyword_clips"] == 4 and sweep["other_clips"] == 2
     assert list(sweep["misses"]) == [1, 1]              # `no` heard as `yes` …
     assert list(sweep["on_keyword"]) == [1, 1]          # … is also a false accept on a keyword clip
@@ -64,9 +65,12 @@ def test_hits_and_false_accepts_are_the_rules_on_each_clip():
     assert rows[0]["fa_per_hour"] == pytest.approx(2 / 6 * 600)
     assert rows[0]["from_keywords"] == pytest.approx(100) and rows[0]["from_others"] == pytest.approx(100)
     assert at_miss_rate(rows, 0.25)["threshold"] == 0.9999 and at_miss_rate(rows, 0.2) is None
+    only_no = sweep_alone(tracks, LABELS, ["no"], thresholds=[0.5])      # listening for `no` alone:
+    assert only_no["keyword_clips"] == 2 and list(only_no["misses"]) == [1]   # the `no` heard as yes is missed,
+    assert only_no["on_keyword"].sum() + only_no["on_other"].sum() == 0     # and no `yes` fires
     heard = Recorder()
-    sweep_alone(heard, LABELS, ["yes", "no"], clips, np.full((1000, F), 30, np.uint8), np.random.default_rng(0),
-                thresholds=[0.5])
+    noisy = heard_alone(heard, clips, np.full((1000, F), 30, np.uint8), np.random.default_rng(0))
+    assert [e.snr_db for *_, e in noisy] == [stream.SNRS_DB[k % len(stream.SNRS_DB)] for k in range(len(clips))]
     lead = round(stream.GAP_S[0] * FRAME_RATE)
     for k, x in enumerate(heard.seen):                   # each clip over its gated noise, the SNRs in turn
         assert len(x) == lead + 98 + round(alone.AFTER_S * FRAME_RATE) and (x[:lead] > 0).all()
@@ -95,13 +99,15 @@ def test_a_stream_holds_one_clip_per_gap_and_clip():
 
 def test_alone_bench_runs_on_the_held_out_images(shared_data, tmp_path, capsys):
     out = tmp_path / "BENCHMARKS.md"
-    args = ["--checkpoint", f"default={DEFAULT_CHECKPOINT}", "--clips", "60", "--data", str(shared_data),
-            "--out", str(out)]
+    args = ["--checkpoint", f"default={DEFAULT_CHECKPOINT}", "--clips", "60", "--per-keyword",
+            "--data", str(shared_data), "--out", str(out)]
     assert alone.main(args) == 0
     text = out.read_text()
     assert "<!-- bench:alone_validation -->" in text and "scored alone:" in text
-    rows = [line for line in text.splitlines() if line.startswith("| default")]
+    rows = [line for line in text.splitlines() if line.startswith("| default (")]
     assert [r.split("|")[2].strip() for r in rows] == ["clean", "over noise"]
+    one = [line.split("|")[3].strip() for line in text.splitlines() if line.startswith("| default |")]
+    assert one == 2 * ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
     at_half = [float(r.split("|")[-2].split("%")[0]) for r in rows]
     assert at_half[0] <= 20 and at_half[1] <= 50              # most words heard, clean and over noise
     capsys.readouterr()

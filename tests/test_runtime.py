@@ -174,6 +174,25 @@ def test_detection_settings_come_from_the_metadata_unless_given(model):
         spotter.threshold = 1.5
 
 
+def test_a_spotter_listens_for_the_keywords_it_is_given(model, clip):
+    assert KeywordSpotter(model).keywords == ("yes", "no", "up")
+    some = KeywordSpotter(model, keywords=["up", "yes"], threshold={"yes": 0.3, "no": 0.4, "up": 0.5})
+    assert some.keywords == some.detector.keywords == ("yes", "up")             # the model's order
+    assert some.threshold == {"yes": 0.3, "up": 0.5}                           # theirs of the thresholds
+    assert KeywordSpotter(model, keywords="no").keywords == ("no",)
+    for keywords in ([], ["maybe"], ["_unknown_"], ["yes", "yes"]):
+        with pytest.raises(ValueError, match=r"expected one or more of the model's keywords \['yes', 'no', 'up'\], each once"):
+            KeywordSpotter(model, keywords=keywords)
+    every = KeywordSpotter(model, threshold=0.05, min_hops=1, refractory_s=0)
+    found = every.process(clip, 16_000).detections + every.flush().detections
+    heard = {d.keyword for d in found}
+    assert heard, "the untrained model fires nothing at 0.05: the test tests nothing"
+    for keyword in heard:                                  # listening for one: it fires, and nothing else
+        one = KeywordSpotter(model, keywords=[keyword], threshold=0.05, min_hops=1, refractory_s=0)
+        alone = one.process(clip, 16_000).detections + one.flush().detections
+        assert alone and {d.keyword for d in alone} == {keyword}
+
+
 def test_run_refuses_lengths_the_graph_would_get_wrong(model):
     state = model.initial_state()
     for samples in (0, model.input_multiple + 1, model.max_samples + model.input_multiple):
@@ -252,6 +271,23 @@ def test_detect_reads_any_wav_and_goes_on_past_a_bad_file(paths, clip, tmp_path,
     assert {d["file"] for d in lines} == {str(f) for f in files}                # every good file, in order
     assert all(set(d) == {"file", "keyword", "time_s", "score"} and d["keyword"] in LABELS for d in lines)
     assert "notes.wav: not a readable audio file" in err and "gone.wav: no such audio file" in err
+
+
+def test_detect_listens_for_the_keywords_named(paths, clip, tmp_path, capsys):
+    from app.detect import main
+    wav = write(tmp_path / "clip.wav", clip, 16_000, "PCM_16")
+    args = ["--model", str(paths["filterbank"]), "--threshold", "0.05", "--min-hops", "1", "--refractory", "0", str(wav)]
+    assert main(args) == 0
+    every = {json.loads(line)["keyword"] for line in capsys.readouterr().out.splitlines()}
+    assert every, "the untrained model fires nothing at 0.05: the test tests nothing"
+    keyword = sorted(every)[0]
+    assert main(["--keywords", keyword] + args) == 0
+    assert {json.loads(line)["keyword"] for line in capsys.readouterr().out.splitlines()} == {keyword}
+    assert main(["--keywords", f"{keyword},maybe"] + args) == 2
+    assert "expected one or more of the model's keywords ['yes', 'no', 'up']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--keywords", "yes,,no"] + args)
+    assert "expected keyword names separated by commas" in capsys.readouterr().err
 
 
 def test_detect_prints_the_score_track_as_csv(paths, clip, tmp_path, capsys):

@@ -42,7 +42,8 @@ RESAMPLED_TOLERANCE = 1e-2                   # … through resample.js in JS, so
 QUANTILES = (0.9, 0.8, 0.7, 0.5, 0.3)       # untrained models: thresholds tried, highest first
 MIN_DETECTIONS = 2                           # … at least this often on the stream
 PYTHON_NAMES = {"threshold": "threshold", "smoothing": "smoothing", "minHops": "min_hops",
-                "refractoryS": "refractory_s"}
+                "refractoryS": "refractory_s", "keywords": "keywords"}
+LISTENED = ["yes", "down", "stop"]            # a spotter listening for some keywords only
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -214,16 +215,21 @@ def with_operating_point(model: Path, folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind, fire", [("filterbank", True), ("linear", False), ("bidirectional", False),
-                                        ("default", False), ("default with a per-keyword operating point", False)])
+                                        ("default", False), ("default with a per-keyword operating point", False),
+                                        ("default with a per-keyword operating point, listening for some", False)])
 def test_javascript_spotter_matches_python(kind, fire, node, test_models, tmp_path):
     """onnxruntime-node through app/web/rotkws.js gives Python's hops, scores (≤ 1e-4) and detections."""
     path = (default_model() if kind == "default" else
             with_operating_point(default_model(), tmp_path) if kind.startswith("default") else test_models[kind])
     model = KeywordModel(path)
-    ref = reference(model, None if fire else {}, tmp_path)
+    some = kind.endswith("listening for some")
+    ref = reference(model, {"keywords": LISTENED} if some else None if fire else {}, tmp_path)
     detections = sum(len(c["detections"]) for c in ref["cases"] if "wav" not in c)
     if fire or kind.startswith("default"):
         assert detections >= MIN_DETECTIONS, f"{detections} detections: the comparison must include some"
+    if some:                                     # the others never fire; the thresholds are theirs
+        assert {d["keyword"] for c in ref["cases"] for d in c["detections"]} <= set(LISTENED)
+        assert set(ref["settings"]["threshold"]) == set(LISTENED)
     (tmp_path / "reference.json").write_text(json.dumps(ref))
     run_node(node, "tests/web/spotter.test.mjs", env={"ROTKWS_WEB_REFERENCE": str(tmp_path / "reference.json")})
     result = json.loads((tmp_path / "result.json").read_text())

@@ -401,9 +401,24 @@ function concat(a, b) {
 }
 
 /**
+ * The keywords a spotter listens for (app/spotter.py's `listened`): undefined → all the model's;
+ * else a name or names among them, in the model's order.
+ */
+export function listened(model, keywords) {
+  if (keywords === undefined || keywords === null) return [...model.keywords];
+  const chosen = typeof keywords === 'string' ? [keywords] : Array.from(keywords);
+  if (!chosen.length || new Set(chosen).size !== chosen.length || chosen.some((k) => !model.keywords.includes(k))) {
+    throw new RangeError(`expected one or more of the model's keywords ${JSON.stringify(model.keywords)}, each once, ` +
+      `got ${JSON.stringify(chosen)}`);
+  }
+  return model.keywords.filter((k) => chosen.includes(k));
+}
+
+/**
  * One stream's spotter: model state, hop buffer and detector (app/spotter.py's KeywordSpotter).
  *
- * options: threshold, smoothing, minHops, refractoryS, flushS; those left out come from the model's
+ * options: keywords (the ones to listen for, default all the model's; the others never fire),
+ * threshold, smoothing, minHops, refractoryS, flushS; those left out come from the model's
  * `detection` metadata, else DETECTION_DEFAULTS. `process` and `flush` return promises of
  * {times: Float64Array (s since reset, end of each hop), scores: [Float32Array(classes)],
  * detections: [{keyword, timeS, score}]}; calls run one after another in the order made.
@@ -419,8 +434,12 @@ export class KeywordSpotter {
     const given = Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DETECTION_DEFAULTS && v !== undefined));
     const { flushS, ...rule } = { ...DETECTION_DEFAULTS, ...fromModel, ...given };
     checkSettings({ ...rule, flushS });
+    this.keywords = listened(model, options.keywords);
+    if (rule.threshold !== null && typeof rule.threshold === 'object') {   // per keyword: those listened for
+      rule.threshold = Object.fromEntries(Object.entries(rule.threshold).filter(([k]) => this.keywords.includes(k)));
+    }
     this.flushS = flushS;
-    this.detector = new Detector(model.labels, model.keywords, rule);
+    this.detector = new Detector(model.labels, this.keywords, rule);
     this._queue = Promise.resolve();
     this._reset();
   }

@@ -144,6 +144,18 @@ test('the hop follows the input multiple; settings come from the metadata unless
     { threshold: 0.6, smoothing: 3, minHops: 3, refractoryS: 0.5 });
 });
 
+test('a spotter listens for the keywords it is given, with their thresholds; others are refused', () => {
+  const model = standInModel({ detection: { threshold: { a: 0.7, b: 0.8 } } });
+  assert.deepEqual(new KeywordSpotter(model).keywords, ['a', 'b']);
+  const some = new KeywordSpotter(model, { keywords: ['b'] });
+  assert.deepEqual([some.keywords, some.detector.keywords, some.threshold], [['b'], ['b'], 0.8]);
+  assert.deepEqual(new KeywordSpotter(model, { keywords: 'a' }).keywords, ['a']);
+  assert.deepEqual(new KeywordSpotter(model, { keywords: ['b', 'a'] }).keywords, ['a', 'b']);    // the model's order
+  for (const keywords of [[], ['c'], ['_silence_'], ['a', 'a']]) {
+    assert.throws(() => new KeywordSpotter(model, { keywords }), /expected one or more of the model's keywords \["a","b"\], each once/);
+  }
+});
+
 test('audio that cannot be taken is refused, and the stream goes on', async () => {
   const spotter = new KeywordSpotter(standInModel());
   await assert.rejects(spotter.process(new Float32Array(10), 48000), /expected audio at 16000 Hz, got 48000 Hz: resample/);
