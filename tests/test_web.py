@@ -327,8 +327,8 @@ def test_page_scores_the_microphone(chromium, mic_wav, test_models, tmp_path):
     the microphone (resampled to 16 kHz in the worklet) hop after hop and logs detections. The
     model is untrained: at a threshold of 0.05 its top keyword fires as soon as min_hops pass."""
     with static_server(site(tmp_path, test_models["filterbank"])) as url, \
-            page_on(chromium, mic_wav, f"{url}/app/web/index.html?threshold=0.05") as page:
-        assert page.locator("#keywords").inner_text() == "yes, no, up"
+            page_on(chromium, mic_wav, f"{url}/app/web/index.html?threshold=0.05&keywords=up,no") as page:
+        assert page.locator("#keywords").inner_text() == "no, up"                 # listening for those only
         assert page.locator("#threshold").input_value() == "0.05"
         listen(page)
         status = page.locator("#status").inner_text()
@@ -337,23 +337,26 @@ def test_page_scores_the_microphone(chromium, mic_wav, test_models, tmp_path):
         labels = page.locator("#scores .bar").evaluate_all("bars => bars.map(b => b.dataset.label)")
         assert sorted(labels) == sorted(LABELS), labels
         first = page.locator("#detections li").last.inner_text()
-        assert re.fullmatch(r"t=\s*0\.2 s\s+(yes|no|up)\s+0\.\d\d", first), first   # min_hops = 2 hops
+        assert re.fullmatch(r"t=\s*0\.2 s\s+(no|up)\s+0\.\d\d", first), first   # min_hops = 2 hops
+        assert {d["keyword"] for d in page.evaluate("window.rotkws.detections")} <= {"no", "up"}
         page.locator("#stop").click()
         page.wait_for_function("() => document.querySelector('#status').textContent === 'Stopped.'")
 
 
 @pytest.mark.browser
 def test_page_says_what_is_wrong_with_its_model(chromium, test_models, tmp_path):
-    """A model URL that is a 404, or a file that is not a rotkws model: a message, not a blank page."""
+    """A model URL that is a 404, a file that is not a rotkws model, a keyword the model lacks: a
+    message, not a blank page."""
     (tmp_path / "not-a-model.onnx").write_bytes(b"<html>404</html>")
     from playwright.sync_api import sync_playwright
     with static_server(site(tmp_path, test_models["filterbank"])) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
-            for model, message in (("../models/missing.onnx", r"no model at .*missing\.onnx \(HTTP 404\)"),
-                                   ("../../not-a-model.onnx", r"not-a-model\.onnx: not an ONNX file")):
-                page.goto(f"{url}/app/web/index.html?model={model}")
+            for query, message in (("model=../models/missing.onnx", r"no model at .*missing\.onnx \(HTTP 404\)"),
+                                   ("model=../../not-a-model.onnx", r"not-a-model\.onnx: not an ONNX file"),
+                                   ("keywords=yes,maybe", r"expected one or more of the model's keywords \[\"yes\",\"no\",\"up\"\]")):
+                page.goto(f"{url}/app/web/index.html?{query}")
                 page.wait_for_function("() => window.rotkws && window.rotkws.error")
                 assert re.search(message, page.locator("#status").inner_text()), page.locator("#status").inner_text()
                 assert page.locator("#start").is_disabled()
