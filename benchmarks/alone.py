@@ -130,7 +130,7 @@ def row_cells(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=0)
-    p.add_argument("--per-keyword", action="store_true", help="also each keyword listened for alone")
+    p.add_argument("--per-keyword", action="store_true", help="also each keyword listened for alone (the first checkpoint)")
     p.add_argument("--clips", type=int, default=0, help="clips drawn from the split, keywords and others (0: all)")
     args = p.parse_args(argv)
     if args.clips < 0:
@@ -146,8 +146,9 @@ def main(argv=None) -> int:
     lines = ["| model | heard | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS)
              + f" | FA/h at {MISS_POINT:.0%} missed: all (on keywords + on other speech) | missed, FA/h at 0.5 |",
              "|---|---|" + "---|" * (len(FA_POINTS) + 2)]
-    alone_lines = ["", "Listening for one keyword (the rule given that keyword alone; its false accepts on other "
-                   "keywords' clips and on other speech):", "",
+    alone_lines = ["", f"Listening for one keyword ({models[0][0]}; the rule given that keyword alone, its false "
+                   "accepts on other keywords' clips and on other speech; one false accept is "
+                   f"{per_hour / len(clips):.2f} FA/h):", "",
                    "| model | heard | keyword | " + lines[0].split("| heard | ")[1], "|---|---|---|" + lines[1][len("|---|---|"):]]
     for name, path, net in models:
         for heard, bed in (("clean", None), ("over noise", noise)):
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
             lines.append(f"| {name} ({path}) | {heard} | "
                          + " | ".join(row_cells(det_rows(sweep_alone(tracks, labels, keywords), per_hour))) + " |")
             print(lines[-1], flush=True)
-            if args.per_keyword:
+            if args.per_keyword and name == models[0][0]:
                 for keyword in keywords:
                     rows = det_rows(sweep_alone(tracks, labels, [keyword]), per_hour)
                     alone_lines.append(f"| {name} | {heard} | {keyword} | " + " | ".join(row_cells(rows)) + " |")
