@@ -23,7 +23,6 @@ fewer words.
     python -m benchmarks.alone --checkpoint default=training/checkpoints/kws12_stream.ckpt
 """
 import sys
-import time
 
 import numpy as np
 
@@ -31,9 +30,8 @@ from app.detection import SMOOTHING_HOPS, moving_average
 from app.spotter import NOT_KEYWORDS
 from benchmarks import pixel_stream, stream
 from benchmarks.context import AFTER_S, silence
-from benchmarks.pixel_stream import checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels, write_bench
+from benchmarks.pixel_stream import checkpoint_parser, open_bench, score_pixels, write_bench
 from model.logmel import FRAME_RATE
-from training.paths import default_data_root
 
 FA_POINTS = (10.0, 1.0, 0.1)        # false accepts per hour the table reads (as pixel_stream's)
 MISS_POINT = 0.10                   # the issue's done-when: ≤ 10 % missed at 1 FA/h
@@ -132,14 +130,7 @@ def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=0)
     p.add_argument("--per-keyword", action="store_true", help="also each keyword listened for alone (the first checkpoint)")
     p.add_argument("--clips", type=int, default=0, help="clips drawn from the split, keywords and others (0: all)")
-    args = p.parse_args(argv)
-    if args.clips < 0:
-        p.error(f"--clips expects a count ≥ 0, got {args.clips}")
-    models, labels = load_models(p, args.checkpoint)
-    keywords = [l for l in labels if l not in NOT_KEYWORDS]
-    started = time.monotonic()
-    data = args.data or default_data_root()
-    clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
+    args, models, labels, keywords, clips, noise, started = open_bench(p, argv)
     per_hour = items_per_hour(clips)                  # of the whole split's streams
     if args.clips:
         clips = [clips[i] for i in np.random.default_rng(args.seed).permutation(len(clips))[:args.clips]]

@@ -23,16 +23,12 @@ after its end (`stream.matched`).
     python -m benchmarks.context --checkpoint default=training/checkpoints/kws12_stream.ckpt
 """
 import sys
-import time
 
 import numpy as np
 
-from app.spotter import NOT_KEYWORDS
 from benchmarks import stream
-from benchmarks.pixel_stream import (checkpoint_parser, held_out_pixels, load_models, noise_frames, score_pixels,
-                                     write_bench)
+from benchmarks.pixel_stream import checkpoint_parser, open_bench, score_pixels, write_bench
 from model.logmel import FRAME_RATE
-from training.paths import default_data_root
 
 SILENCE_S = 1.5          # "after silence" / "after noise": this much pixel 0 / noise before the clip
 LEAD_S = 0.5             # "after a word": silence, the other clip, …
@@ -82,14 +78,7 @@ def found(net, labels, keywords, clips, others, noise, rng, levels=LEVELS) -> di
 def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=0)
     p.add_argument("--clips", type=int, default=1000, help="keyword clips drawn from the split (0: all)")
-    args = p.parse_args(argv)
-    if args.clips < 0:
-        p.error(f"--clips expects a count ≥ 0, got {args.clips}")
-    models, labels = load_models(p, args.checkpoint)
-    keywords = [l for l in labels if l not in NOT_KEYWORDS]
-    started = time.monotonic()
-    data = args.data or default_data_root()
-    held, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
+    args, models, labels, keywords, held, noise, started = open_bench(p, argv)
     clips = [c for c in held if c[1] in keywords]
     others = [c for c in held if c[1] not in keywords]
     if args.clips:

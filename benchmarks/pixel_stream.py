@@ -183,6 +183,20 @@ def checkpoint_parser(doc: str, seed: int) -> argparse.ArgumentParser:
     return p
 
 
+def open_bench(p: argparse.ArgumentParser, argv) -> tuple:
+    """Parse `argv` with a `checkpoint_parser` (its --clips checked where it has one), load the
+    checkpoints and read the split's clips and the noise: (args, models, labels, keywords,
+    held-out clips (`held_out_pixels`), noise frames, the monotonic time the reading started)."""
+    args = p.parse_args(argv)
+    if getattr(args, "clips", 0) < 0:
+        p.error(f"--clips expects a count ≥ 0, got {args.clips}")
+    models, labels = load_models(p, args.checkpoint)
+    keywords = [l for l in labels if l not in NOT_KEYWORDS]
+    started = time.monotonic()
+    data = args.data or default_data_root()
+    return args, models, labels, keywords, held_out_pixels(data, labels, args.split), noise_frames(data), started
+
+
 def write_bench(args, name: str, title: str, lines: list[str], text: str, started: float) -> None:
     """A checkpoint bench's section (`checkpoint_parser`'s --split, --note, --out): the table
     `lines`, then `text`, the note and the minutes since `started`, as section `<name>_<split>`
@@ -194,14 +208,9 @@ def write_bench(args, name: str, title: str, lines: list[str], text: str, starte
 def main(argv=None) -> int:
     p = checkpoint_parser(__doc__, seed=2000)
     p.add_argument("--hours", type=float, default=10.0)
-    args = p.parse_args(argv)
-    data = args.data or default_data_root()
-    models, labels = load_models(p, args.checkpoint)
-    keywords = [l for l in labels if l not in NOT_KEYWORDS]
-    started = time.monotonic()
-    clips, noise = held_out_pixels(data, labels, args.split), noise_frames(data)
+    args, models, labels, keywords, clips, noise, started = open_bench(p, argv)
     n_keyword = sum(l in keywords for _, l in clips)
-    lines = [f"| model | checkpoint | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS)
+    lines = ["| model | checkpoint | " + " | ".join(f"missed at {fa:g} FA/h" for fa in FA_POINTS)
              + f" | against the first, at {COMPARED_AT:g} FA/h | missed, FA/h at 0.5 |",
              "|---|---|" + "---|" * (len(FA_POINTS) + 2)]
     first, picks = None, None
