@@ -49,11 +49,23 @@ def views(session: DemoSession) -> tuple:
     return session.current_scores() or None, plot, session.log_text(), session.latency_text(), session
 
 
-def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_db: float) -> tuple:
-    """One microphone piece, `chunk` = (sample_rate, int16 (n,) or (n, ch)), as Gradio gives it."""
+def configured(model: KeywordModel, session, threshold: float | None, gain_db: float, keywords) -> DemoSession:
+    """The visitor's session (a new one on the first event) with the controls' values; no keyword
+    ticked → a warning (once, not at every piece), and the ones listened for before stay."""
     threshold = slider_threshold(model, threshold)
     session = session or DemoSession(model, threshold)
-    session.configure(threshold, gain_db)
+    try:
+        session.configure(threshold, gain_db, keywords)
+    except ValueError as e:
+        if not (session.log and session.log[0] == f"!! {e}"):
+            warn(session, e)
+        session.configure(threshold, gain_db)
+    return session
+
+
+def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
+    """One microphone piece, `chunk` = (sample_rate, int16 (n,) or (n, ch)), as Gradio gives it."""
+    session = configured(model, session, threshold, gain_db, keywords)
     if chunk is not None and len(chunk[1]):
         try:
             session.feed(chunk[1], chunk[0])
@@ -62,11 +74,9 @@ def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_
     return views(session)
 
 
-def on_file(model: KeywordModel, path, session, threshold: float | None, gain_db: float) -> tuple:
+def on_file(model: KeywordModel, path, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
     """An uploaded file through the streaming path; a file that is not audio → a warning."""
-    threshold = slider_threshold(model, threshold)
-    session = session or DemoSession(model, threshold)
-    session.configure(threshold, gain_db)
+    session = configured(model, session, threshold, gain_db, keywords)
     if path:
         try:
             session.feed_file(path)
@@ -81,7 +91,7 @@ def warn(session: DemoSession, error: Exception) -> None:
     gr.Warning(str(error))
 
 
-def on_clear(model: KeywordModel, session, threshold: float | None, gain_db: float) -> tuple:
+def on_clear(model: KeywordModel, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
     session = session or DemoSession(model, slider_threshold(model, threshold))
     session.clear()
     session.log.clear()
@@ -140,6 +150,8 @@ def layout(model: KeywordModel) -> SimpleNamespace:
                                      label=f"Threshold (keyword probability to detect{note})", elem_id="threshold")
             ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
                                 label="Sensitivity (input gain, dB)", elem_id="sensitivity")
+            ui.keywords = gr.CheckboxGroup(list(model.keywords), value=list(model.keywords),
+                                           label="Listen for (the others never fire)", elem_id="listen")
             ui.clear = gr.Button("Clear", elem_id="clear")
         with gr.Column(scale=2, min_width=420):
             ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="scores")
@@ -156,7 +168,7 @@ def layout(model: KeywordModel) -> SimpleNamespace:
 def wire(model: KeywordModel, session: gr.State, ui: SimpleNamespace) -> None:
     """The events: every handler gets the shared model, the visitor's session and the controls."""
     bind = lambda fn: lambda *args: fn(model, *args)   # noqa: E731
-    inputs = [session, ui.threshold, ui.gain]
+    inputs = [session, ui.threshold, ui.gain, ui.keywords]
     outputs = [ui.scores, ui.plot, ui.log, ui.latency, session]
     ui.mic.stream(bind(on_chunk), [ui.mic, *inputs], outputs, api_name="stream",
                   stream_every=STREAM_EVERY_S, time_limit=STREAM_TIME_LIMIT_S,

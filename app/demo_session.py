@@ -62,9 +62,12 @@ class DemoSession:
             self.scores = np.zeros((0, len(self.model.labels)))        # (hops, classes)
             self.detections: list = []
 
-    def configure(self, threshold: float | None = None, gain_db: float | None = None) -> None:
-        """threshold: one for every keyword; None: the model's operating point."""
+    def configure(self, threshold: float | None = None, gain_db: float | None = None, keywords=None) -> None:
+        """threshold: one for every keyword; None: the model's operating point. keywords: the ones
+        to listen for (None: as before); none of the model's → ValueError, nothing changed."""
         with self.lock:
+            if keywords is not None and set(keywords) != set(self.spotter.keywords):
+                self.spotter.listen(keywords)
             self.spotter.threshold = self.operating_point if threshold is None else float(threshold)
         if gain_db is not None:
             self.gain_db = float(np.clip(gain_db, *GAIN_RANGE_DB))

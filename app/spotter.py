@@ -169,16 +169,23 @@ class KeywordSpotter:
                  refractory_s: float | None = None, flush_s: float | None = None):
         """keywords: the ones to listen for (None: all the model's); the others never fire."""
         self.model = model if isinstance(model, KeywordModel) else KeywordModel(model)
-        self.keywords = listened(self.model, keywords)
         given = {"threshold": threshold, "smoothing": smoothing, "min_hops": min_hops,
                  "refractory_s": refractory_s, "flush_s": flush_s}
-        self.settings = detection_settings(self.model, given)
-        if isinstance(self.settings["threshold"], dict):       # per keyword: those listened for
-            self.settings["threshold"] = {k: v for k, v in self.settings["threshold"].items() if k in self.keywords}
+        self.settings = detection_settings(self.model, given)     # the threshold for every keyword
         self.flush_s = self.settings.pop("flush_s")
-        self.detector = Detector(self.model.labels, self.keywords, **self.settings)
+        self.listen(keywords)
         self._resampler = StreamResampler(self.model.sample_rate)
         self.reset()
+
+    def listen(self, keywords=None) -> None:
+        """Listen for `keywords` (None: all the model's) from now on, each at its threshold; the
+        detector starts afresh (a run in progress is dropped), the model's state goes on."""
+        chosen = listened(self.model, keywords)
+        rule = dict(self.settings)
+        if isinstance(rule["threshold"], dict):                  # per keyword: those listened for
+            rule["threshold"] = {k: v for k, v in rule["threshold"].items() if k in chosen}
+        self.detector = Detector(self.model.labels, chosen, **rule)
+        self.keywords = chosen
 
     @property
     def threshold(self) -> float | dict[str, float]:
@@ -186,7 +193,15 @@ class KeywordSpotter:
 
     @threshold.setter
     def threshold(self, value: float | dict[str, float]) -> None:
-        self.detector.threshold = value
+        """One number for every keyword, or {keyword: number} naming at least those listened for
+        (the others' numbers are kept for a later `listen`)."""
+        if isinstance(value, dict):
+            self.detector.threshold = {k: v for k, v in value.items() if k in self.keywords}
+            before = self.settings["threshold"]
+            value = {**(before if isinstance(before, dict) else {}), **value}
+        else:
+            self.detector.threshold = value
+        self.settings["threshold"] = value
 
     @property
     def hop_s(self) -> float:

@@ -224,6 +224,34 @@ def test_threshold_control_reaches_the_spotter_mid_stream(model, clip_a):
     assert low.spotter.threshold == pytest.approx(0.8), "a moved slider applies from the next piece"
 
 
+def test_listen_control_reaches_the_spotter_mid_stream(model, clip_a):
+    keyword, audio = clip_a.parent.name, at_48k(clip_a)
+    others = [k for k in model.keywords if k != keyword]
+    session = None
+    for piece in split(audio, (PIECE_S,)):                  # its keyword unticked: never detected
+        *_, session = demo.on_chunk(model, (BROWSER_RATE, piece), session, THRESHOLD, 0.0, others)
+    assert session.spotter.keywords == tuple(others) and keyword not in {d.keyword for d in session.detections}
+    *_, session = demo.on_chunk(model, (BROWSER_RATE, audio[:4800]), session, THRESHOLD, 0.0, list(model.keywords))
+    assert session.spotter.keywords == model.keywords, "ticked again, it is listened for from the next piece"
+    for _ in range(2):                                      # none ticked: said once, the last choice stays
+        *_, log, _latency, session = demo.on_chunk(model, (BROWSER_RATE, audio[:4800]), session, THRESHOLD, 0.0, [])
+    assert session.spotter.keywords == model.keywords
+    assert log.count("expected one or more of the model's keywords") == 1, log
+
+
+def test_listening_for_some_keeps_their_calibrated_thresholds():
+    calibrated = KeywordModel(require_default_model())
+    point = {k: round(0.5 + 0.01 * i, 2) for i, k in enumerate(calibrated.keywords)}
+    calibrated.meta = {**calibrated.meta, "detection": {"threshold": point}}
+    session = DemoSession(calibrated)
+    session.configure(None, 0.0, ["no", "yes"])
+    assert session.spotter.keywords == ("yes", "no") and session.spotter.threshold == {"yes": 0.5, "no": 0.51}
+    session.configure(0.7, 0.0, list(calibrated.keywords))  # the slider moved: one for every keyword
+    assert session.spotter.threshold == 0.7
+    session.configure(None, 0.0, ["up"])                    # back at the start: the model's own again
+    assert session.spotter.threshold == point["up"]
+
+
 def test_sensitivity_is_an_input_gain(model):
     session = DemoSession(model)
     piece = np.array([1000, -1000, 32767], np.int16)
@@ -307,7 +335,8 @@ def test_page_has_the_parts_tests_and_users_rely_on(model):
     assert isinstance(by_id["detections"], gr.Textbox)
     assert by_id["mic"].streaming and by_id["mic"].sources == ["microphone"]
     assert isinstance(by_id["scores"], gr.Label) and isinstance(by_id["plot"], gr.LinePlot)
-    assert {"threshold", "sensitivity", "upload", "clear"} <= set(by_id)
+    assert {"threshold", "sensitivity", "listen", "upload", "clear"} <= set(by_id)
+    assert by_id["listen"].value == list(model.keywords), "every keyword ticked to start"
     stream_fn = next(f for f in page.fns.values() if f.api_name == "stream")
     assert stream_fn.connection == "stream" and stream_fn.stream_every == demo.STREAM_EVERY_S
 

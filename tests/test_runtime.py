@@ -180,6 +180,14 @@ def test_a_spotter_listens_for_the_keywords_it_is_given(model, clip):
     assert some.keywords == some.detector.keywords == ("yes", "up")             # the model's order
     assert some.threshold == {"yes": 0.3, "up": 0.5}                           # theirs of the thresholds
     assert KeywordSpotter(model, keywords="no").keywords == ("no",)
+    some.listen(["no"])                                    # from now on: its threshold kept for it
+    assert some.keywords == ("no",) and some.threshold == 0.4
+    some.threshold = {"no": 0.45, "up": 0.55}              # naming more than those listened for: kept
+    some.listen()
+    assert some.threshold == {"yes": 0.3, "no": 0.45, "up": 0.55}
+    with pytest.raises(ValueError, match="expected one or more"):
+        some.listen([])
+    assert some.keywords == ("yes", "no", "up")            # a refused choice changes nothing
     for keywords in ([], ["maybe"], ["_unknown_"], ["yes", "yes"]):
         with pytest.raises(ValueError, match=r"expected one or more of the model's keywords \['yes', 'no', 'up'\], each once"):
             KeywordSpotter(model, keywords=keywords)
