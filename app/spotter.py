@@ -181,9 +181,7 @@ class KeywordSpotter:
         """Listen for `keywords` (None: all the model's) from now on, each at its threshold; the
         detector starts afresh (a run in progress is dropped), the model's state goes on."""
         chosen = listened(self.model, keywords)
-        rule = dict(self.settings)
-        if isinstance(rule["threshold"], dict):                  # per keyword: those listened for
-            rule["threshold"] = {k: v for k, v in rule["threshold"].items() if k in chosen}
+        rule = self.settings | {"threshold": for_keywords(self.settings["threshold"], chosen)}
         self.detector = Detector(self.model.labels, chosen, **rule)
         self.keywords = chosen
 
@@ -195,12 +193,10 @@ class KeywordSpotter:
     def threshold(self, value: float | dict[str, float]) -> None:
         """One number for every keyword, or {keyword: number} naming at least those listened for
         (the others' numbers are kept for a later `listen`)."""
-        if isinstance(value, dict):
-            self.detector.threshold = {k: v for k, v in value.items() if k in self.keywords}
-            before = self.settings["threshold"]
-            value = {**(before if isinstance(before, dict) else {}), **value}
-        else:
-            self.detector.threshold = value
+        self.detector.threshold = for_keywords(value, self.keywords)
+        before = self.settings["threshold"]
+        if isinstance(value, dict) and isinstance(before, dict):
+            value = before | value
         self.settings["threshold"] = value
 
     @property
@@ -278,6 +274,12 @@ def listened(model: KeywordModel, keywords) -> tuple[str, ...]:
         raise ValueError(f"expected one or more of the model's keywords {list(model.keywords)}, each once, "
                          f"got {chosen}")
     return tuple(k for k in model.keywords if k in chosen)
+
+
+def for_keywords(threshold: float | dict[str, float], keywords) -> float | dict[str, float]:
+    """A threshold for the detector of `keywords`: one number as it is, {keyword: number} with
+    only theirs."""
+    return {k: v for k, v in threshold.items() if k in keywords} if isinstance(threshold, dict) else threshold
 
 
 def detection_settings(model: KeywordModel, given: dict) -> dict:

@@ -60,13 +60,9 @@ def heard_alone(net, clips, noise=None, rng=None) -> list[tuple[np.ndarray, np.n
     """Each clip scored alone (`alone_pixels`, `pixel_stream.score_pixels`): [(times, scores,
     the clip's Event)]. With `noise` (frames), the k-th clip is heard over a slice of it drawn
     by `rng`, at stream.SNRS_DB in turn, gated stream.GAP_S[0] before the clip as the streams are."""
-    lead = round(stream.GAP_S[0] * FRAME_RATE)
     tracks = []
     for k, (pixels, label) in enumerate(clips):
-        bed, snr = None, None
-        if noise is not None:
-            at = int(rng.integers(0, len(noise) - len(pixels) - lead))
-            bed, snr = noise[at:at + lead + len(pixels)], stream.SNRS_DB[k % len(stream.SNRS_DB)]
+        bed, snr = (None, None) if noise is None else pixel_stream.gated_noise(noise, len(pixels), k, rng)
         x, start = alone_pixels(pixels, bed, snr)
         tracks.append((*score_pixels(net, x), stream.Event(label, start / FRAME_RATE, (start + len(pixels)) / FRAME_RATE, snr)))
     return tracks

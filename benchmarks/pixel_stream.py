@@ -91,11 +91,19 @@ def build_pixel_stream(clips, minutes: float, noise: np.ndarray, rng) -> tuple[n
     for k, (i, start) in enumerate(placed):
         pixels, label = clips[i]
         n = len(pixels)
-        snr = stream.SNRS_DB[k % len(stream.SNRS_DB)]
-        at = int(rng.integers(0, len(noise) - n - lead))
-        power[start - lead:start + n] += over_noise(pixels, noise[at:at + n + lead], snr)
+        bed, snr = gated_noise(noise, n, k, rng)
+        power[start - lead:start + n] += over_noise(pixels, bed, snr)
         events.append(stream.Event(label, start / FRAME_RATE, (start + n) / FRAME_RATE, snr))
     return pixels_from_mel_power(power), events
+
+
+def gated_noise(noise: np.ndarray, frames: int, k: int, rng) -> tuple[np.ndarray, float]:
+    """(a random slice of the `noise` frames, its SNR) for the k-th clip of `frames` frames: the
+    slice spans stream.GAP_S[0] before the clip (the gate) and the clip; the SNRs are
+    stream.SNRS_DB in turn."""
+    lead = round(stream.GAP_S[0] * FRAME_RATE)
+    at = int(rng.integers(0, len(noise) - frames - lead))
+    return noise[at:at + lead + frames], stream.SNRS_DB[k % len(stream.SNRS_DB)]
 
 
 def over_noise(pixels: np.ndarray, noise: np.ndarray, snr_db: float) -> torch.Tensor:
