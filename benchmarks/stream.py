@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
-from app.spotter import KeywordModel, KeywordSpotter
+from evaluation.sweep import FEED_SECONDS, THRESHOLDS, score_track, sweep_detections  # noqa: F401 (re-exported)
+from app.spotter import KeywordModel
 from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
 from corpus.splits import speaker_split
 
@@ -29,13 +29,9 @@ TRAINED_PHRASE = "alexa"      # its training-split recordings train streams (tra
 HELD_OUT_PHRASE = "snowboy"   # never trained on (it evaluates `rotkws enroll`): testing streams only
 WAKEWORD_CLIPS = 120          # wake-word recordings drawn into each segment's clip pool
 SEGMENT_MINUTES = 30.0        # one seeded stream; longer runs are several segments
-FEED_SECONDS = 1.0            # audio handed to the spotter per call
 BOOTSTRAP_DRAWS = 2000        # resamplings of the segments behind an interval
 INTERVAL = 0.95               # the share of them it spans
-# the sweep: every 0.005 from 0.30, then 1 − 10^−x for x = 2 … 4 by 0.1 (a model trained without
-# label smoothing puts its confident keywords above 0.99, where the low false-accept rates are)
-THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.30, 0.99, 0.005),
-                                                1 - 10.0 ** -np.arange(2.0, 4.05, 0.1)]), 5))
+
 
 
 @dataclass
@@ -118,14 +114,6 @@ def build_stream(clips, minutes: float, data: Path, rng, rate: int = 16_000, rea
     return np.clip(stream[:pos + rate], -1, 1), events
 
 
-def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(times, scores) of the spotter over the stream, fed FEED_SECONDS at a time as live audio."""
-    spotter = KeywordSpotter(model)
-    step = int(FEED_SECONDS * model.sample_rate)
-    parts = [spotter.process(stream[i:i + step], model.sample_rate) for i in range(0, len(stream), step)]
-    return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
-
-
 def heard_at(events, starts: np.ndarray, time_s: float) -> list[int]:
     """Indices of the events (in start order; `starts` their start times) heard at `time_s`: begun
     by then and ended at most HIT_WINDOW_S earlier."""
@@ -171,30 +159,6 @@ def false_accept_sources(false, events, keywords) -> np.ndarray:
         heard = [events[i].label for i in heard_at(events, starts, d.time_s)]
         spoken = [h for h in heard if h in keywords]
         out[0 if any(h != d.keyword for h in spoken) else 1 if spoken else 2 if heard else 3] += 1
-    return out
-
-
-def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds):
-    """{threshold: detections}, each exactly what `detect(times, scores, …)` gives with the
-    runtime's smoothing, run length and refractory time at that threshold, in less time: the
-    rows are smoothed once, and each threshold keeps only the rows where a keyword reaches it,
-    with one zero row for every run of dropped ones (a row below the threshold only resets the
-    run, however many there are)."""
-    smooth = moving_average(np.asarray(scores, np.float64), SMOOTHING_HOPS, np.zeros((0, len(labels))))
-    columns = [list(labels).index(k) for k in keywords]
-    best = smooth[:, columns].max(1)
-    out = {}
-    for th in thresholds:
-        keep = np.flatnonzero(best >= th)
-        gap = np.diff(keep, prepend=-2) > 1                       # a dropped run before this row
-        rows = np.zeros((len(keep) + int(gap.sum()), len(labels)))
-        at = np.arange(len(keep)) + np.cumsum(gap)                 # kept rows after their zero rows
-        rows[at] = smooth[keep]
-        t = np.zeros(len(rows))
-        t[at] = times[keep]
-        t[at[gap] - 1] = times[keep[gap]] - 1e-9                    # a zero row: just before
-        out[float(th)] = detect(t, rows, labels, keywords, smoothing=1, min_hops=MIN_HOPS,
-                                refractory_s=REFRACTORY_S, threshold=float(th))
     return out
 
 

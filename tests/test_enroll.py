@@ -6,6 +6,7 @@ import os
 import shutil
 
 import numpy as np
+import onnx
 import pytest
 
 from app.cli import COMMANDS
@@ -134,7 +135,8 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
     require(enroll.DEFAULT_CHECKPOINT)
     out = tmp_path_factory.mktemp("enroll") / "hey computer.onnx"
     argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
-            "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--max-steps", "3"]
+            "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--speech-negatives", "12",
+            "--tts-sentences", "3", "--max-steps", "3", "--validation-hours", "0.05"]
     assert enroll.main(argv) == 0
     return KeywordModel(out)
 
@@ -143,7 +145,11 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
 def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     model = tiny_model
     assert model.labels == (TINY_PHRASE, OTHER) and model.keywords == (TINY_PHRASE,)
-    assert model.streaming and 0.5 <= model.meta["detection"]["threshold"] <= 0.99
+    assert model.streaming and enroll.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= enroll.MAX_THRESHOLD
+    stored = json.loads({p.key: p.value for p in onnx.load(model.path).metadata_props}["enroll"])
+    assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
+    assert 0.05 <= stored["validation_stream_hours"] < 0.06
+    assert stored["validation_stream_false_accepts"] == 0 or stored["threshold"] == enroll.MAX_THRESHOLD
     scores = model.clip_scores(np.zeros(16_000, np.float32))
     assert scores.shape == (2,) and np.isclose(scores.sum(), 1, atol=1e-5)
     said = tts.synthesize(TINY_PHRASE, 1, np.random.default_rng(1)).clips[0]
@@ -162,25 +168,47 @@ def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model
     assert result["hops"] == sum(len(c["times"]) for c in ref["cases"] if "wav" not in c)
     assert result["max_abs_diff"] <= ref["tolerance"]
 
-def test_the_threshold_is_set_by_real_negatives_heard_alone():
-    kind = np.array([enroll.PHRASE] * 4 + [enroll.SYNTHETIC] * 4 + [enroll.REAL] * 6)
-    scores = np.full((len(kind), 20), 0.1)
-    scores[kind == enroll.PHRASE, 5:9] = 0.97
-    scores[kind == enroll.SYNTHETIC, 5:9] = 0.99                # hard pieces of the phrase
-    scores[-1, 5:9] = 0.995                                     # a word run into the one before it
-    alone = np.full((600, 20), 0.1)
-    alone[-1, 3:5] = 0.8                                        # the loudest real negative alone
-    alone[-2, 3] = 0.9                                          # one hop is not a run
-    got = enroll.choose_threshold(scores, kind, alone)
-    assert got["threshold"] == 0.805
-    assert got["validation_positives_detected"] == 1.0 and got["validation_real_negatives_alone_firing"] == 0.0
-    assert got["validation_synthetic_negatives_firing"] == 1.0
-    assert got["validation_real_negatives_firing"] == pytest.approx(1 / 6)
+def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_budget():
+    counts = {0.5: 9, 0.6: 2, 0.7: 0, 0.8: 1, 0.9: 0, 0.95: 0}
+    assert enroll.stream_threshold(counts, hours=2.0) == 0.9             # 0.2 allowed: none
+    assert enroll.stream_threshold(counts, hours=20.0) == 0.6            # 2 allowed
+    assert enroll.stream_threshold({0.5: 3, 0.99: 1}, hours=1.0) == enroll.MAX_THRESHOLD   # none keeps it
+    assert enroll.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
 
 
-def test_without_negatives_alone_the_threshold_is_the_highest():
-    kind = np.array([enroll.PHRASE, enroll.REAL])
-    assert enroll.choose_threshold(np.full((2, 5), 0.5), kind, np.zeros((0, 5)))["threshold"] == enroll.MAX_THRESHOLD
+def test_a_speech_window_is_utterances_run_together_with_short_pauses():
+    rng = np.random.default_rng(0)
+    utterances = [np.full((n, 40), v, np.float32) for n, v in ((120, 50.0), (80, 90.0), (200, 130.0))]
+    for _ in range(20):
+        w = enroll.speech_window(utterances, 300, rng)
+        assert w.shape == (300, 40) and set(np.unique(w)) <= {0.0, 50.0, 90.0, 130.0}
+        filled = w[:, 0] > 0
+        assert filled[0]                                                     # it starts inside an utterance
+        silent = np.flatnonzero(~filled)
+        runs = np.split(silent, np.flatnonzero(np.diff(silent) > 1) + 1) if len(silent) else []
+        assert all(len(r) <= enroll.SPEECH_PAUSE_S[1] * enroll.FRAME_RATE + 1 for r in runs)   # pauses are short
+
+
+def test_mined_draws_favour_the_speech_the_model_nearly_fires_on(monkeypatch):
+    import torch
+    hard = np.array([False, True, True, False])
+    best = np.array([[0.0] * 5 + [1.0] * 5, [0.0] * 10])                  # hops of the two speech examples
+    monkeypatch.setattr(enroll, "hop_scores", lambda net, h: best)
+    net = torch.nn.Linear(1, 1)
+    g = torch.Generator().manual_seed(0)
+    first = enroll.draws(net, torch.zeros(4, 3, 2), hard, 0, g)
+    assert sorted(first.tolist()) == [0, 1, 2, 3]                          # before mining: a permutation
+    counts = np.bincount(torch.cat([enroll.draws(net, torch.zeros(4, 3, 2), hard, 1, g) for _ in range(2000)]), minlength=4)
+    weights = np.array([1, 1 + enroll.HARD_GAIN, 1, 1])
+    assert np.allclose(counts / counts.sum(), weights / weights.sum(), atol=0.02)
+
+
+def test_the_codec_keeps_a_clip_its_length_and_its_sound():
+    t = np.arange(16_000) / 16_000
+    clip = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    coded = enroll.opus(clip)
+    assert coded.dtype == np.float32 and len(coded) == len(clip)
+    assert np.corrcoef(coded[2000:-2000], clip[2000:-2000])[0, 1] > 0.9 and not np.array_equal(coded, clip)
 
 
 def test_hop_scores_are_smoothed_as_the_runtime_smooths_them():

@@ -1,0 +1,176 @@
+"""`python -m benchmarks.wakeword --model alexa.onnx --model snowboy.onnx [--hours 5]`: wake
+words in a room where people talk, Picovoice's wake-word-benchmark protocol on the shared data,
+rotkws beside the peers in one run → a section of BENCHMARKS.md and the README's table.
+
+The stream (evaluation/wakestream.py): the `alexa` and `snowboy` recordings no training uses (the
+odd-numbered ones) and the bench speakers' read speech (evaluation/speech.py: speechocean762's
+`test` speakers and LJ Speech, none of them heard by any training or threshold; an utterance
+whose transcript holds a phrase's word left out), in random order, 1–3 s pauses, background
+noise under everything at 10 dB SNR by peak frame energy, for `--hours` (the 3.5 h of speech
+heard again, in a new order over new noise, where more is asked for).
+
+Engines (benchmarks/engines.py), each on the whole stream with its state carried, fed as a
+microphone feeds it: rotkws models (one phrase each), openWakeWord and microWakeWord (`alexa`,
+their weights inside their wheels) and PocketSphinx (keyphrase search from text, every phrase).
+A peer that cannot be imported is reported as such. Per engine and phrase: the DET over its
+threshold sweep, missed at 1 false accept per hour and per 10 hours (the best threshold of the
+sweep: chosen on this stream, as the peers' published DETs are), missed and false accepts per
+hour at the engine's own default (for rotkws: the threshold stored in the file), where the false
+accepts fall, and CPU ms per second of audio (process time, one thread, contended machines:
+compare as ratios within one run).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import engines
+from benchmarks.report import machine, write_section
+from corpus.clips import ClipError
+from evaluation import speech, wakestream
+from training.paths import REPO, default_data_root
+
+HOURS = 5.0                   # the bench stream, at least
+SEED = 0
+FA_BUDGETS = (1.0, 0.1)       # false accepts per hour at which the DET is read
+README = REPO / "README.md"
+README_MARKS = ("<!-- wakeword:table -->", "<!-- /wakeword:table -->")
+SECTION = "wakeword"
+
+
+def bench_items(data: Path) -> tuple[list[wakestream.Item], dict]:
+    """The stream's items: every held-out recording of each bench phrase that decodes, and every
+    bench utterance with none of the phrases' words; and what was read."""
+    items, counts = [], {}
+    for phrase in speech.BENCH_PHRASES:
+        n = 0
+        for path in speech.wake_recordings(data, phrase):
+            try:
+                items.append(wakestream.Item(speech.read(path), wakestream.PHRASE, phrase))
+                n += 1
+            except ClipError:
+                continue                                 # a few wake-word files do not decode
+        counts[phrase] = n
+    said = speech.utterances(data, "bench")
+    said = [u for u in said if not any(speech.holds_phrase(u.text, p) for p in speech.BENCH_PHRASES)]
+    items += [wakestream.Item(speech.read(u.path), wakestream.SPEECH, u.speaker) for u in said]
+    counts["utterances"] = len(said)
+    counts["speakers"] = len({u.speaker for u in said})
+    counts["speech_hours"] = sum(len(u.audio) for u in items if u.kind == wakestream.SPEECH) / 16_000 / 3600
+    return items, counts
+
+
+def bench_stream(data: Path, hours: float = HOURS, seed: int = SEED):
+    """(audio, events, counts): the bench stream (module docstring)."""
+    items, counts = bench_items(data)
+    audio, events = wakestream.build(items, speech.noise_bed(data), hours * 3600, np.random.default_rng(seed))
+    return audio, events, counts
+
+
+def evaluate(run, events, hours: float) -> dict:
+    """One engine's run over the stream → its DET rows, its default's figures and the budgets'."""
+    rows = []
+    for th in run.thresholds:
+        n, missed, places = wakestream.match(run.detections[float(th)], events, run.phrase)
+        fa = sum(places.values())
+        rows.append({"threshold": float(th), "phrases": n, "missed": missed, "miss_rate": missed / max(1, n),
+                     "false_accepts": fa, "fa_per_hour": fa / hours, "places": places})
+    at = lambda budget: min((r for r in rows if r["fa_per_hour"] <= budget),
+                            key=lambda r: (r["miss_rate"], r["threshold"]), default=None)
+    default = min(rows, key=lambda r: abs(r["threshold"] - run.default))
+    return {"engine": run.engine, "phrase": run.phrase, "rows": rows, "default": default,
+            "budgets": {b: at(b) for b in FA_BUDGETS},
+            "cpu_ms_per_s": 1000 * run.cpu_s / max(run.audio_s, 1e-9)}
+
+
+def pct(row) -> str:
+    return "—" if row is None else f"{100 * row['miss_rate']:.1f} %"
+
+
+def table(results: list[dict], missing: list[tuple[str, str]]) -> str:
+    head = ("| engine | phrase | missed at its default | FA/h at its default | where those false accepts fell "
+            "| missed at 1 FA/h | missed at 1 FA/10 h | CPU ms per s of audio |\n"
+            "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
+    lines = []
+    for r in results:
+        d = r["default"]
+        places = ", ".join(f"{k} {v}" for k, v in d["places"].items() if v) or "none"
+        lines.append(f"| {r['engine']} | `{r['phrase']}` | {pct(d)} (at {d['threshold']:g}) | {d['fa_per_hour']:.1f} "
+                     f"| {places} | {pct(r['budgets'][1.0])} | {pct(r['budgets'][0.1])} | {r['cpu_ms_per_s']:.1f} |")
+    lines += [f"| {name} | — | not run: {why} | | | | | |" for name, why in missing]
+    return head + "\n".join(lines)
+
+
+def describe(counts: dict, hours: float, seed: int) -> str:
+    phrases = ", ".join(f"{counts[p]} `{p}`" for p in speech.BENCH_PHRASES)
+    return (f"Stream: {hours:.2f} h (seed {seed}): {phrases} recordings (the odd-numbered ones of "
+            f"`wakeword_benchmark_dev`, which no training uses) among {counts['utterances']} utterances "
+            f"({counts['speech_hours']:.2f} h) of read speech by {counts['speakers']} speakers "
+            f"({speech.SPLIT_SOURCES['bench']}; never trained on, never used for a threshold), "
+            f"1–3 s pauses, background noise everywhere at {wakestream.SNR_DB:g} dB SNR by peak frame "
+            f"energy. Missed at 1 FA/h and 1 FA/10 h: the best threshold of each engine's sweep on this "
+            f"stream; its default: for rotkws the threshold `enroll` stored (chosen on VCC2016 speech), "
+            f"for the peers their libraries' own. CPU: process time over the whole stream, one thread "
+            f"each, one run on a shared machine: compare as ratios.")
+
+
+def write_readme(text: str, path: Path = README) -> None:
+    body = path.read_text()
+    a, b = README_MARKS
+    if a not in body:
+        return
+    head, rest = body.split(a, 1)
+    path.write_text(head + a + "\n" + text.strip() + "\n" + b + rest.split(b, 1)[1])
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.wakeword", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", action="append", default=[], help="a rotkws wake-word ONNX file (repeat)")
+    p.add_argument("--peers", default=",".join(engines.PEERS),
+                   help="peer engines to run, comma-separated (default: %(default)s; '' for none)")
+    p.add_argument("--hours", type=float, default=HOURS)
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
+    p.add_argument("--json", default=None, help="also write every DET row here")
+    p.add_argument("--no-write", action="store_true", help="print the table; leave BENCHMARKS.md and README alone")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    data = Path(args.data).resolve() if args.data else default_data_root()
+    peers = [p for p in args.peers.split(",") if p]
+    started = time.perf_counter()
+    audio, events, counts = bench_stream(data, args.hours, args.seed)
+    hours = len(audio) / 16_000 / 3600
+    print(f"stream: {hours:.2f} h, {len(events)} items", file=sys.stderr)
+    runnable, missing = engines.engines_for(speech.BENCH_PHRASES, [Path(m) for m in args.model], peers)
+    results = []
+    for engine in runnable:
+        run = engine.run(audio)
+        results.append(evaluate(run, events, hours))
+        r = results[-1]
+        print(f"{r['engine']} {r['phrase']}: default {pct(r['default'])} at {r['default']['fa_per_hour']:.1f} FA/h; "
+              f"1 FA/h {pct(r['budgets'][1.0])}; 1 FA/10 h {pct(r['budgets'][0.1])}; "
+              f"{r['cpu_ms_per_s']:.1f} ms/s", file=sys.stderr)
+    text = table(results, missing)
+    note = describe(counts, hours, args.seed)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"counts": counts, "hours": hours, "results": results,
+                                               "missing": missing}, indent=1, default=str))
+    if not args.no_write:
+        minutes = (time.perf_counter() - started) / 60
+        write_section(SECTION, "Wake words in real speech (Picovoice's protocol)",
+                      f"{text}\n\n{note} This run: {minutes:.0f} min.")
+        write_readme(f"_From `python -m benchmarks.wakeword`, {time.strftime('%Y-%m-%d')}, {machine()} "
+                     f"(BENCHMARKS.md, section {SECTION})._\n\n{text}\n\n{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

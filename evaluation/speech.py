@@ -1,0 +1,116 @@
+"""Real continuous English speech (`english_speech_dev/`), by split: who trains, who sets a
+threshold, who is only ever heard by the benchmark.
+
+    training    speechocean762's own `train` speakers (transcribed): negatives for `enroll`
+    validation  VCC2016 (10 speakers, none of speechocean762's): the stream a threshold is chosen on
+    bench       speechocean762's `test` speakers and LJ Speech: the wake-word bench's background
+
+speechocean762 utterances without a transcript are left out (they cannot be screened for the
+phrase). VCC2016 and LJ Speech have no transcripts here: their read news and non-fiction are taken
+as phrase-free (a phrase in validation speech could only raise the threshold).
+"""
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soxr
+
+from corpus.clips import AUDIO_SUFFIXES, ClipError, read_audio
+
+SPEECH_FOLDER = "english_speech_dev"
+SPEECH_SPLITS = ("training", "validation", "bench")
+SPEECHOCEAN = "speechocean762"      # SPEAKERnnnn/<utt>.ogg; train/ and test/ hold Kaldi `text`, `utt2spk`
+VCC = "vcc2016"                     # <speaker>/<part>_<utt>.ogg
+LJSPEECH = "ljspeech"               # LJnnn-nnnn.ogg, one speaker
+
+
+@dataclass(frozen=True)
+class Utterance:
+    path: Path
+    speaker: str                    # "<corpus>/<speaker>"
+    text: str | None                # the transcript, upper case; None where the corpus has none
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of a phrase or transcript: letters, digits and apostrophes."""
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def holds_phrase(text: str | None, phrase: str) -> bool:
+    """Whether a transcript says the phrase or one of its words ("hey jarvis": "hey" or "jarvis"),
+    as whole words. No transcript: False (see the module docstring)."""
+    return text is not None and bool(set(words(phrase)) & set(words(text)))
+
+
+def _kaldi(folder: Path, name: str) -> dict[str, str]:
+    lines = (folder / name).read_text(encoding="utf-8").splitlines()
+    return dict(line.split(maxsplit=1) for line in lines if line.strip())
+
+
+def _speechocean(root: Path, part: str) -> list[Utterance]:
+    folder = root / SPEECHOCEAN / part
+    text, spk = _kaldi(folder, "text"), _kaldi(folder, "utt2spk")
+    out = []
+    for utt in sorted(text):
+        path = root / SPEECHOCEAN / f"SPEAKER{spk[utt].strip()}" / f"{utt}.ogg"
+        if path.exists():
+            out.append(Utterance(path, f"{SPEECHOCEAN}/{spk[utt].strip()}", text[utt].strip()))
+    return out
+
+
+def utterances(data: Path, split: str, phrase: str | None = None) -> list[Utterance]:
+    """The split's utterances (SPEECH_SPLITS), sorted; with `phrase`, those whose transcript
+    holds it (`holds_phrase`) left out. ClipError when the folder or split has none."""
+    if split not in SPEECH_SPLITS:
+        raise ValueError(f"expected a speech split among {SPEECH_SPLITS}, got {split!r}")
+    root = Path(data) / SPEECH_FOLDER
+    if not root.is_dir():
+        raise ClipError(f"no continuous speech at {root}")
+    if split == "training":
+        found = _speechocean(root, "train")
+    elif split == "validation":
+        found = [Utterance(p, f"{VCC}/{p.parent.name}", None) for p in sorted((root / VCC).glob("*/*.ogg"))]
+    else:
+        found = _speechocean(root, "test")
+        found += [Utterance(p, f"{LJSPEECH}/LJ", None) for p in sorted((root / LJSPEECH).glob("*.ogg"))]
+    if phrase is not None:
+        found = [u for u in found if not holds_phrase(u.text, phrase)]
+    if not found:
+        raise ClipError(f"no {split} utterances under {root}")
+    return found
+
+
+SPLIT_SOURCES = {"training": "speechocean762 train speakers", "validation": "VCC2016",
+                 "bench": "speechocean762 test speakers, LJ Speech"}
+WAKEWORD_FOLDER = "wakeword_benchmark_dev"      # <phrase>/<n>.flac|wav: real recordings of wake phrases
+NOISE_FOLDER = "speech_commands_background_noise"
+BENCH_PHRASES = ("alexa", "snowboy")            # the phrases with real recordings
+
+
+def wakeword_training(path: Path) -> bool:
+    """Even-numbered wake-word recordings may train; odd ones are only ever heard by benchmarks."""
+    return int(re.sub(r"\D", "", Path(path).stem) or 0) % 2 == 0
+
+
+def wake_recordings(data: Path, phrase: str) -> list[Path]:
+    """The odd-numbered (never trained on) recordings of `phrase`, sorted by number."""
+    found = [p for p in (Path(data) / WAKEWORD_FOLDER / phrase).glob("*")
+             if p.suffix in AUDIO_SUFFIXES and not wakeword_training(p)]
+    if not found:
+        raise ClipError(f"no recordings of {phrase!r} in {Path(data) / WAKEWORD_FOLDER / phrase}")
+    return sorted(found, key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+
+
+def read(path: Path, rate: int = 16_000) -> np.ndarray:
+    """A file as (samples,) float32 at `rate` (resampled if it was stored otherwise)."""
+    audio, got = read_audio(path)
+    return audio if got == rate else soxr.resample(audio, got, rate).astype(np.float32)
+
+
+def noise_bed(data: Path) -> np.ndarray:
+    """The background noise recordings one after another, at 16 kHz."""
+    files = sorted((Path(data) / NOISE_FOLDER).glob("*.wav"))
+    if not files:
+        raise ClipError(f"no background noise WAVs in {Path(data) / NOISE_FOLDER}")
+    return np.concatenate([read(f) for f in files])

@@ -1,0 +1,45 @@
+"""A spotter's score track over a long stream, and its detections at every threshold of a sweep
+(a DET curve's raw material), exactly as the runtime's rule would give them one threshold at a
+time."""
+import numpy as np
+
+from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
+from app.spotter import KeywordModel, KeywordSpotter
+
+FEED_SECONDS = 1.0            # audio handed to the spotter per call, as a live microphone would
+# the sweep: every 0.005 from 0.30, then 1 − 10^−x for x = 2 … 4 by 0.1 (a model trained without
+# label smoothing puts its confident keywords above 0.99, where the low false-accept rates are)
+THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.30, 0.99, 0.005),
+                                                1 - 10.0 ** -np.arange(2.0, 4.05, 0.1)]), 5))
+
+
+def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, scores) of the spotter over the stream, fed FEED_SECONDS at a time as live audio."""
+    spotter = KeywordSpotter(model)
+    step = int(FEED_SECONDS * model.sample_rate)
+    parts = [spotter.process(stream[i:i + step], model.sample_rate) for i in range(0, len(stream), step)]
+    return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
+
+
+def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds):
+    """{threshold: detections}, each exactly what `detect(times, scores, …)` gives with the
+    runtime's smoothing, run length and refractory time at that threshold, in less time: the
+    rows are smoothed once, and each threshold keeps only the rows where a keyword reaches it,
+    with one zero row for every run of dropped ones (a row below the threshold only resets the
+    run, however many there are)."""
+    smooth = moving_average(np.asarray(scores, np.float64), SMOOTHING_HOPS, np.zeros((0, len(labels))))
+    columns = [list(labels).index(k) for k in keywords]
+    best = smooth[:, columns].max(1)
+    out = {}
+    for th in thresholds:
+        keep = np.flatnonzero(best >= th)
+        gap = np.diff(keep, prepend=-2) > 1                       # a dropped run before this row
+        rows = np.zeros((len(keep) + int(gap.sum()), len(labels)))
+        at = np.arange(len(keep)) + np.cumsum(gap)                 # kept rows after their zero rows
+        rows[at] = smooth[keep]
+        t = np.zeros(len(rows))
+        t[at] = times[keep]
+        t[at[gap] - 1] = times[keep[gap]] - 1e-9                    # a zero row: just before
+        out[float(th)] = detect(t, rows, labels, keywords, smoothing=1, min_hops=MIN_HOPS,
+                                refractory_s=REFRACTORY_S, threshold=float(th))
+    return out

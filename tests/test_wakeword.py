@@ -1,0 +1,150 @@
+"""evaluation/speech.py and evaluation/wakestream.py, the wake-word bench's stream: items where
+the events say, the SNR as defined, no phrase in the background, speakers disjoint between
+training, validation and bench; and benchmarks/wakeword.py's scoring of detections."""
+import numpy as np
+import pytest
+
+from conftest import data_root, require
+from evaluation import speech, wakestream
+from evaluation.wakestream import PHRASE, SPEECH, Event, Item
+
+RATE = wakestream.SAMPLE_RATE
+
+
+def tone(seconds: float, freq: float, level: float = 0.1) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (level * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def items() -> list[Item]:
+    return [Item(tone(1.5, 440), PHRASE, "alexa"), Item(tone(2.0, 300), SPEECH, "a/1"),
+            Item(tone(0.7, 500), PHRASE, "snowboy"), Item(tone(3.1, 200, 0.3), SPEECH, "b/2")]
+
+
+def test_peak_energy_is_the_loudest_frame_of_squared_samples():
+    x = np.zeros(4 * wakestream.ENERGY_WINDOW, np.float32)
+    x[wakestream.ENERGY_WINDOW * 2 + 3] = 2.0
+    x[5] = 1.0
+    assert wakestream.peak_energy(x) == pytest.approx(4.0)
+    assert wakestream.peak_energy(np.full(10, 0.5)) == pytest.approx(2.5)   # shorter than a frame
+
+
+def test_each_item_is_where_its_event_says_and_the_pauses_are_the_protocols():
+    pool = items()
+    stream, events = wakestream.build(pool, np.zeros(RATE * 20, np.float32), 60, np.random.default_rng(0))
+    assert len(stream) >= 60 * RATE and len(events) >= 12
+    by_label = {it.label: it for it in pool}
+    end = 0.0
+    for e in events:
+        pause = e.start_s - end
+        assert wakestream.PAUSE_S[0] - 1e-9 <= pause <= wakestream.PAUSE_S[1] + 1e-9
+        a, b = round(e.start_s * RATE), round(e.end_s * RATE)
+        assert np.array_equal(stream[a:b], by_label[e.label].audio)        # no noise: the item itself
+        assert not stream[round(end * RATE):a].any()                        # silence before it
+        end = e.end_s
+    assert len(stream) == round(events[-1].end_s * RATE)
+    counts = [sum(e.label == it.label for e in events) for it in pool]
+    assert max(counts) - min(counts) <= 1                                  # every item once per pass
+
+
+def test_every_item_is_heard_at_the_snr_by_peak_frame_energy():
+    rng = np.random.default_rng(1)
+    noise = rng.standard_normal(RATE * 30).astype(np.float32) * 0.05
+    pool = items()
+    stream, events = wakestream.build(pool, noise, 40, np.random.default_rng(2))
+    by_label = {it.label: it.audio for it in pool}
+    for e in events:
+        a, b = round(e.start_s * RATE), round(e.end_s * RATE)
+        under = stream[a:b] - by_label[e.label]
+        snr = 10 * np.log10(wakestream.peak_energy(by_label[e.label]) / wakestream.peak_energy(under))
+        assert snr == pytest.approx(wakestream.SNR_DB, abs=1e-3)
+        assert np.abs(stream[a - RATE // 2:a]).max() > 0                   # the pause has noise too
+
+
+def test_a_loud_piece_is_scaled_down_whole_keeping_its_snr():
+    loud = [Item(tone(1.0, 440, 0.99), SPEECH, "x")]
+    noise = np.random.default_rng(3).standard_normal(RATE * 10).astype(np.float32) * 0.5
+    stream, (e, *_) = wakestream.build(loud, noise, 1, np.random.default_rng(4))
+    assert np.abs(stream).max() <= 1.0
+    a, b = round(e.start_s * RATE), round(e.end_s * RATE)
+    scale = np.dot(stream[a:b], loud[0].audio) / np.dot(loud[0].audio, loud[0].audio)   # the item's share
+    under = stream[a:b] - scale * loud[0].audio
+    snr = 10 * np.log10(wakestream.peak_energy(scale * loud[0].audio) / wakestream.peak_energy(under))
+    assert scale < 1 and snr == pytest.approx(wakestream.SNR_DB, abs=0.05)
+
+
+def test_too_short_a_noise_bed_or_no_items_is_refused():
+    with pytest.raises(ValueError, match="noise bed longer"):
+        wakestream.build(items(), np.zeros(100, np.float32), 10, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="got none"):
+        wakestream.build([], np.zeros(RATE * 10, np.float32), 10, np.random.default_rng(0))
+
+
+def test_detections_are_hits_or_false_accepts_where_they_fell():
+    events = [Event(SPEECH, "s", 1.0, 4.0), Event(PHRASE, "alexa", 6.0, 8.0),
+              Event(PHRASE, "snowboy", 11.0, 13.0), Event(PHRASE, "alexa", 16.0, 18.0)]
+    times = [2.0,        # in speech
+             7.5, 8.2,   # a hit, then its phrase again
+             12.0,       # another phrase
+             14.5,       # the pause: noise only
+             4.9]        # within HIT_WINDOW_S after speech: still speech
+    n, missed, places = wakestream.match(times, events, "alexa")
+    assert (n, missed) == (2, 1)
+    assert places == {"speech": 2, "other phrase": 1, "its phrase again": 1, "noise": 1}
+    n, missed, places = wakestream.match([18.9], events, "alexa")           # just inside the window
+    assert (n, missed, sum(places.values())) == (2, 1, 0)
+    n, missed, places = wakestream.match([12.5], events, "snowboy")
+    assert (n, missed, sum(places.values())) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("text, phrase, holds", [
+    ("WE CALL IT BEAR", "bear", True), ("THE BEARS", "bear", False), ("HEY YOU", "hey jarvis", True),
+    ("I KNOW THAT MY DEAR BOY", "snowboy", False), (None, "alexa", False), ("IT'S ALEXA", "Alexa", True),
+])
+def test_a_transcript_holds_the_phrase_when_it_says_one_of_its_words(text, phrase, holds):
+    assert speech.holds_phrase(text, phrase) is holds
+
+
+# -- on the real corpus ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def data():
+    return require(data_root() / speech.SPEECH_FOLDER).parent
+
+
+def test_the_speech_splits_have_no_speaker_in_common(data):
+    found = {split: speech.utterances(data, split) for split in speech.SPEECH_SPLITS}
+    speakers = {split: {u.speaker for u in us} for split, us in found.items()}
+    assert len(speakers["training"]) == 125 and len(speakers["validation"]) == 10
+    assert len(speakers["bench"]) == 126                                   # 125 + LJ Speech
+    assert not speakers["training"] & speakers["bench"]
+    assert not speakers["validation"] & (speakers["training"] | speakers["bench"])
+    assert all(u.text for u in found["training"])                          # screened: transcribed
+
+
+def test_an_utterance_saying_a_word_of_the_phrase_is_left_out(data):
+    every = speech.utterances(data, "training")
+    kept = speech.utterances(data, "training", "call me")
+    said = [u for u in every if {"call", "me"} & set(speech.words(u.text))]
+    assert said and len(kept) == len(every) - len(said)
+    assert not any(speech.holds_phrase(u.text, "call me") for u in kept)
+
+
+def test_only_odd_numbered_recordings_are_benched_and_enroll_trains_on_none_of_them(data):
+    from training import enroll
+    bench = speech.wake_recordings(data, "alexa")
+    assert bench and all(int(p.stem) % 2 == 1 for p in bench)
+    trained = [p for p in (data / speech.WAKEWORD_FOLDER / "alexa").glob("*") if enroll.wakeword_training(p)]
+    assert trained and not set(trained) & set(bench)
+
+
+def test_the_bench_stream_holds_its_recordings_and_speech_and_no_phrase_in_the_background(data, monkeypatch):
+    from benchmarks import wakeword
+    audio, events, counts = wakeword.bench_stream(data, hours=0.05, seed=0)
+    assert len(audio) / RATE >= 0.05 * 3600 and {e.kind for e in events} == {PHRASE, SPEECH}
+    assert counts["alexa"] > 100 and counts["snowboy"] > 100 and counts["utterances"] > 2000
+    real = speech.utterances(data, "bench")
+    saying = speech.Utterance(real[0].path, "x/1", "ALEXA PLAY SOME MUSIC")   # a phrase in the background
+    monkeypatch.setattr(speech, "utterances", lambda data, split: [saying] + real[:5])
+    got, counts = wakeword.bench_items(data)
+    assert counts["utterances"] == 5 and sum(i.kind == SPEECH for i in got) == 5
+    assert "x/1" not in {i.label for i in got}
