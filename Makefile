@@ -12,11 +12,11 @@ $(VENV)/.app: pyproject.toml
 	$(BIN)/pip install -q -e ".[app]"
 	touch $@
 
-# Everything: training, export, runtime and test tools. torch==2.14.1 comes from this machine's disk.
+# Everything: training, export, runtime, the bench's peer engines and test tools. torch==2.14.1 comes from this machine's disk.
 $(VENV)/.all: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[app,train,dev]"
+	$(BIN)/pip install -q -e ".[app,train,dev,peers]"
 	touch $(VENV)/.app $@
 
 # The JavaScript runtime's tests (app/web/, tests/web/): onnxruntime-node/-web as package-lock.json pins them.

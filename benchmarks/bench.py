@@ -74,6 +74,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--arms", default=",".join(ablation.ARMS), help="comma-separated, of " + ", ".join(ablation.ARMS))
     p.add_argument("--jobs", type=int, default=2, help="training processes at once (one thread each)")
     p.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    p.add_argument("--wake", action="append", metavar="WAKE_ONNX", help="run the wake-word section "
+                   "alone instead (benchmarks/wakeword.py): these enrolled models beside the peer "
+                   "engines on the bench's speech stream (repeat for each phrase)")
+    p.add_argument("--wake-hours", type=float, default=None, help="the wake-word stream's length "
+                   "(default: benchmarks/wakeword.py's)")
     p.add_argument("--render", metavar="REPORT_JSON", help="measure nothing: rewrite report.md "
                    "(and the README's table) from an earlier run's report.json")
     args = p.parse_args(argv)
@@ -408,6 +413,11 @@ def read_report(path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.wake:
+        from benchmarks import wakeword
+        hours = [] if args.wake_hours is None else ["--hours", str(args.wake_hours)]
+        return wakeword.main([a for m in args.wake for a in ("--model", m)] + hours + ["--data", args.data]
+                             + (["--no-write"] if args.no_readme else []))
     out = Path(args.out)
     try:
         report = read_report(Path(args.render)) if args.render else run(args)

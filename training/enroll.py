@@ -67,7 +67,7 @@ IMAGE_ZIP = "speech_commands_v0.02_logmel/speech_commands_v0.02_logmel_train.zip
 SAMPLE_FOLDER = "speech_commands_v0.01_sample"
 TEST_FOLDER = "speech_commands_v0.02_test_dev"    # its speakers are never trained on here
 WAKEWORD_FOLDER = real_speech.WAKEWORD_FOLDER
-NEGATIVE_WAKEWORDS = ("alexa",)                   # never "snowboy": benchmarks/enroll.py's test set
+NEGATIVE_WAKEWORDS = ("alexa",)                   # the even-numbered ones; never "snowboy"
 NOISE_FOLDER = real_speech.NOISE_FOLDER
 NEGATIVE_WORDS = (                                # synthetic negatives beside the phrase's pieces
     "hello hey okay yes no stop go up down left right on off one two three four five six seven "
@@ -117,10 +117,13 @@ class EnrollConfig:
     noise_negatives: int = 300   # examples of noise alone
     epochs: int = 6
     batch_size: int = 64
-    lr: float = 2e-3             # top block, norm and head
+    blocks: int = 1              # top blocks trained (the others stay frozen)
+    negative_weight: float = 3.0 # the others' frames in the loss, against the phrase's 1
+    lr: float = 2e-3             # top blocks, norm and head
     recurrent_lr: float = 1e-3   # the top block's RotRNN weights (B, C, D, γ, θ)
     max_steps: int = 0           # > 0: stop after this many steps (tests)
     validation_hours: float = 0.0  # the threshold's stream; 0: every validation utterance once
+    recordings: tuple = ()       # real recordings of the phrase, if any: positives beside the synthetic ones
     seed: int = 0
     threads: int = 1
 
@@ -205,6 +208,7 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
     if len(pos.clips) < max(1, cfg.positives // 2):
         raise PhraseError(f"the text-to-speech engines said {phrase!r} audibly only "
                           f"{len(pos.clips)} times out of {cfg.positives}")
+    recorded = [real_speech.read(Path(f)) for f in cfg.recordings]
     real = real_negatives(data, phrase, cfg.wav_negatives, rng)
     images = image_negatives(data, phrase, cfg.images, rng)
     speech, texts = (speech_negatives(data, phrase, UTTERANCES_PER_WINDOW * cfg.speech_negatives, rng)
@@ -213,7 +217,8 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
     if cfg.tts_sentences and texts:
         with tqdm(total=cfg.tts_sentences, desc="sentences", unit="clip", file=sys.stderr) as bar:
             sentences = say([t.lower() for t in texts], cfg.tts_sentences, rng, bar.update)
-    sources = {"positives": pos.engines, "synthetic_negatives": len(neg.clips) + len(part.clips),
+    sources = {"positives": pos.engines | ({"recordings": len(recorded)} if recorded else {}),
+               "synthetic_negatives": len(neg.clips) + len(part.clips),
                "phrase_pieces": parts, "real_recordings": len(real), "images": len(images),
                "speech_utterances": len(speech), "synthetic_sentences": len(sentences.clips),
                "speech_examples": cfg.speech_negatives if speech else 0,
@@ -221,7 +226,7 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
                "folders": [IMAGE_ZIP, SAMPLE_FOLDER, *(f"{WAKEWORD_FOLDER}/{w} (even-numbered)"
                                                        for w in NEGATIVE_WAKEWORDS), NOISE_FOLDER,
                            f"{real_speech.SPEECH_FOLDER} ({real_speech.SPLIT_SOURCES['training']})"]}
-    return Items(pos.clips, neg.clips + part.clips, real, speech + sentences.clips, images,
+    return Items(pos.clips + recorded, neg.clips + part.clips, real, speech + sentences.clips, images,
                  noise_audio(data), sources)
 
 
@@ -344,7 +349,7 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
     order of example_kinds."""
     frames = int(EXAMPLE_S * FRAME_RATE)
     render = Renderer(items.noise)
-    to_pix = lambda a, synthetic: render.pixels(np.pad(vary(a, rng, synthetic), (800, 800)))
+    to_pix = lambda audio, synthetic: render.pixels(np.pad(vary(audio, rng, synthetic), (800, 800)))
     pos = [to_pix(a, True) for a in tqdm(items.positives, desc="rendering", unit="clip", file=sys.stderr)]
     neg = ([to_pix(a, True) for a in items.synthetic] + [to_pix(a, False) for a in items.real]
            + [im.astype(np.float32) for im in items.images])
@@ -380,38 +385,41 @@ def enrolled_network(backbone: RotRNNClassifier, phrase: str) -> RotRNNClassifie
     return net
 
 
-def lower(net: RotRNNClassifier, pixels: Tensor) -> Tensor:
-    """The frozen part: embed and every block but the last. (B, T, N_MELS) → (B, T, d_model)."""
+def lower(net: RotRNNClassifier, pixels: Tensor, trained: int = 1) -> Tensor:
+    """The frozen part: embed and every block but the `trained` top ones. (B, T, N_MELS) → (B, T, d_model)."""
     h = net.frontend.embed(pixels)
-    for block in net.blocks[:-1]:
+    for block in net.blocks[:len(net.blocks) - trained]:
         h, _ = block(h, None)
     return h
 
 
-def frame_logits(net: RotRNNClassifier, h: Tensor) -> Tensor:
-    """The trained part at every frame: top block, causal EMA pooling, norm, head.
+def frame_logits(net: RotRNNClassifier, h: Tensor, trained: int = 1) -> Tensor:
+    """The trained part at every frame: the `trained` top blocks, causal EMA pooling, norm, head.
     (B, T, d_model) → (B, T, classes)."""
-    y, _ = net.blocks[-1](h, None)
-    return net.head(net.norm(net._ema_frames(y, None)))                        # the pooling at every frame
+    for block in net.blocks[len(net.blocks) - trained:]:
+        h, _ = block(h, None)
+    return net.head(net.norm(net._ema_frames(h, None)))                        # the pooling at every frame
 
 
-def features(net: RotRNNClassifier, x: np.ndarray, batch: int) -> Tensor:
+def features(net: RotRNNClassifier, x: np.ndarray, batch: int, trained: int = 1) -> Tensor:
     out = [torch.zeros(0, x.shape[1], net.cfg.d_model, dtype=torch.half)]
     with torch.no_grad():
         for i in tqdm(range(0, len(x), batch), desc="backbone", unit="batch", file=sys.stderr):
-            out.append(lower(net, torch.from_numpy(x[i:i + batch]).float()).half())
+            out.append(lower(net, torch.from_numpy(x[i:i + batch]).float(), trained).half())
     return torch.cat(out)
 
 
-def loss_fn(logits: Tensor, y: Tensor) -> Tensor:
-    """Cross-entropy with the phrase's frames and the others' frames weighted equally."""
+def loss_fn(logits: Tensor, y: Tensor, negative_weight: float = 1.0) -> Tensor:
+    """Cross-entropy with the phrase's frames and the others' frames weighted 1 : negative_weight
+    (each the mean over its frames)."""
     ce = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), ignore_index=IGNORE, reduction="none")
     y = y.reshape(-1)
-    parts = [ce[y == c].mean() for c in (PHRASE_CLASS, OTHER_CLASS) if (y == c).any()]
-    return sum(parts) / len(parts)
+    parts = [(w, ce[y == c].mean()) for c, w in ((PHRASE_CLASS, 1.0), (OTHER_CLASS, negative_weight)) if (y == c).any()]
+    return sum(w * v for w, v in parts) / sum(w for w, _ in parts)
 
 
-def draws(net: RotRNNClassifier, h: Tensor, hard: np.ndarray, epoch: int, g: torch.Generator) -> Tensor:
+def draws(net: RotRNNClassifier, h: Tensor, hard: np.ndarray, epoch: int, g: torch.Generator,
+          trained: int = 1) -> Tensor:
     """One epoch's example order: a permutation, or from MINE_FROM_EPOCH on, len(h) draws in
     which each `hard` example (speech) weighs 1 + HARD_GAIN × the highest phrase score the model
     now holds on it (the others 1): hard negatives mined from the speech."""
@@ -419,19 +427,19 @@ def draws(net: RotRNNClassifier, h: Tensor, hard: np.ndarray, epoch: int, g: tor
         return torch.randperm(len(h), generator=g)
     weights = torch.ones(len(h), dtype=torch.float64)
     idx = np.flatnonzero(hard)
-    weights[idx] = torch.from_numpy(1 + HARD_GAIN * best_runs(hop_scores(net, h[idx])))
+    weights[idx] = torch.from_numpy(1 + HARD_GAIN * best_runs(hop_scores(net, h[idx], trained=trained)))
     net.train()
     return torch.multinomial(weights, len(h), replacement=True, generator=g)
 
 
 def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
           hard: np.ndarray | None = None) -> list[float]:
-    """Train the top block, norm and head on precomputed lower features h (N, T, d); `hard` (N,)
-    marks the examples mined for hard negatives (`draws`)."""
-    top = net.blocks[-1]
-    recurrent = top.rnn.recurrent_parameters()
+    """Train the cfg.blocks top blocks, norm and head on precomputed lower features h (N, T, d);
+    `hard` (N,) marks the examples mined for hard negatives (`draws`)."""
+    top = list(net.blocks[len(net.blocks) - cfg.blocks:])
+    recurrent = [p for b in top for p in b.rnn.recurrent_parameters()]
     ids = {id(p) for p in recurrent}
-    rest = [p for m in (top, net.norm, net.head) for p in m.parameters() if id(p) not in ids]
+    rest = [p for m in (*top, net.norm, net.head) for p in m.parameters() if id(p) not in ids]
     opt = torch.optim.AdamW([{"params": rest, "lr": cfg.lr, "weight_decay": 0.01},
                              {"params": recurrent, "lr": cfg.recurrent_lr, "weight_decay": 0.0}])
     steps = math.ceil(len(h) / cfg.batch_size) * cfg.epochs
@@ -444,10 +452,10 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
     losses, epoch = [], 0
     with tqdm(total=steps, desc="training", unit="step", file=sys.stderr) as bar:
         while len(losses) < steps:
-            order = draws(net, h, hard, epoch, g)
+            order = draws(net, h, hard, epoch, g, cfg.blocks)
             epoch += 1
             for idx in order.split(cfg.batch_size):
-                loss = loss_fn(frame_logits(net, h[idx].float()), y[idx])
+                loss = loss_fn(frame_logits(net, h[idx].float(), cfg.blocks), y[idx], cfg.negative_weight)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -460,14 +468,14 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
     return losses
 
 
-def hop_scores(net: RotRNNClassifier, h: Tensor, batch: int = 256) -> np.ndarray:
+def hop_scores(net: RotRNNClassifier, h: Tensor, batch: int = 256, trained: int = 1) -> np.ndarray:
     """The phrase's probability at every 100 ms hop, smoothed as the runtime smooths it: (N, hops)."""
     net.eval()
     step = HOP_FRAMES
     out = [np.zeros((0, h.shape[1] // step))]
     with torch.no_grad():
         for i in range(0, len(h), batch):
-            p = frame_logits(net, h[i:i + batch].float()).softmax(-1)[..., PHRASE_CLASS]
+            p = frame_logits(net, h[i:i + batch].float(), trained).softmax(-1)[..., PHRASE_CLASS]
             out.append(p[:, step - 1::step].numpy())                           # the end of each hop
     return smooth(np.concatenate(out))
 
@@ -532,7 +540,7 @@ def held_out_rates(scores: np.ndarray, kind: np.ndarray, threshold: float) -> di
 
 # -- the command ----------------------------------------------------------------------------------
 INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
-               "speech_negatives", "tts_sentences", "epochs", "max_steps", "seed", "threads")
+               "speech_negatives", "tts_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -545,6 +553,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     for name in INT_OPTIONS:
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--negative-weight", type=float, default=d.negative_weight,
+                   help="weight of the frames that are not the phrase in the loss (default: %(default)s)")
+    p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
+                   help="real recordings of the phrase, trained on beside the synthetic ones "
+                        "(augmented as they are); default: none, text alone")
     p.add_argument("--validation-hours", type=float, default=d.validation_hours,
                    help="hours of validation stream the threshold is chosen on (default: every "
                         "validation utterance once, about 2 h)")
@@ -560,15 +573,17 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     backbone, entry = load_checkpoint(checkpoint)
     if not isinstance(backbone, RotRNNClassifier) or backbone.cfg.bidirectional or not backbone.cfg.reads_pixels:
         raise ValueError(f"{checkpoint}: enroll needs a causal RotRNN with the logmel front-end")
+    if not 1 <= cfg.blocks <= backbone.cfg.layers:
+        raise ValueError(f"expected --blocks from 1 to the backbone's {backbone.cfg.layers} layers, got {cfg.blocks}")
     items = gather(phrase, data, cfg, rng, say)
     kind = example_kinds(items)
     held = rng.random(len(kind)) < VALIDATION_SHARE
     x, y = examples(items, rng)
     net = enrolled_network(backbone, phrase)
-    h = features(net, x, 256)
+    h = features(net, x, 256, cfg.blocks)
     train_idx = torch.from_numpy(np.flatnonzero(~held))
     losses = train(net, h[train_idx], torch.from_numpy(y)[train_idx], cfg, hard=kind[~held] == SPEECH)
-    held_scores = hop_scores(net, h[torch.from_numpy(np.flatnonzero(held))])
+    held_scores = hop_scores(net, h[torch.from_numpy(np.flatnonzero(held))], trained=cfg.blocks)
     seconds = time.perf_counter() - started
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
                               "backbone_data": entry.get("data", "unknown"), **items.sources},
@@ -588,7 +603,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
-    cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours)
+    cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
+                       negative_weight=args.negative_weight, recordings=tuple(args.recordings))
     torch.set_num_threads(cfg.threads)
     try:
         phrase = tts.check_phrase(args.phrase)

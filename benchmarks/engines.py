@@ -1,0 +1,237 @@
+"""The engines the wake-word bench (benchmarks/wakeword.py) runs on one long stream, each fed as
+a microphone feeds it, its state carried throughout, on one thread where its library lets us
+choose: rotkws models through the project's runtime, and the peers a user would install instead,
+their weights inside their wheels (`pip install -e ".[peers]"`):
+
+- openWakeWord (`pyopen-wakeword`): its `alexa` model on its melspectrogram and embedding
+  models, one probability per 80 ms; a detection when it passes the threshold (its default 0.5).
+- microWakeWord (`pymicro-wakeword`): its `alexa` model; its own rule is the mean of its last
+  `sliding_window_size` probabilities above `probability_cutoff` (0.9, from the model's JSON).
+- PocketSphinx (`pocketsphinx`): keyphrase search from text with its bundled US English model,
+  any phrase whose words its dictionary knows. Its threshold is inside the search, so each
+  threshold of its sweep is a pass over the stream (KWS_THRESHOLDS: three, at 25 ms of CPU per
+  second of audio each); the Run's thresholds are log10 of kws_threshold (ascending: stricter),
+  its default 1e-30 → −30. Its CPU figure is one pass's.
+
+Every engine's score track (rotkws: the runtime's own rule) is turned into detections at each
+threshold of a sweep with the same 1 s refractory time (app.detection.REFRACTORY_S), so one
+spoken phrase is one detection whatever the engine.
+"""
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.detection import REFRACTORY_S, THRESHOLD
+from app.spotter import KeywordModel
+from evaluation.sweep import THRESHOLDS, score_track, sweep_detections
+
+SAMPLE_RATE = 16_000
+CHUNK = 1280                  # samples per call for the peers: 80 ms, as their own microphone loops read
+PEERS = ("openwakeword", "microwakeword", "pocketsphinx")
+PEER_MODULES = {"openwakeword": "pyopen_wakeword", "microwakeword": "pymicro_wakeword",
+                "pocketsphinx": "pocketsphinx"}
+BUILTIN = ("alexa",)          # the bench phrases openWakeWord and microWakeWord ship a model for
+PROB_THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.05, 0.951, 0.05),
+                                                     1 - 10.0 ** -np.arange(1.4, 4.05, 0.2)]), 5))
+KWS_THRESHOLDS = (1e-30, 1e-20, 1e-10)   # PocketSphinx's sweep: its default 1e-30 and stricter
+KWS_DEFAULT = 1e-30
+
+
+@dataclass
+class Run:
+    engine: str                          # "rotkws (alexa.onnx)", "openWakeWord", …
+    phrase: str                          # what it listens for
+    thresholds: np.ndarray               # the sweep, ascending: stricter
+    default: float                       # the engine's own default, one of `thresholds`
+    detections: dict                     # threshold → (n,) detection times in seconds, ascending
+    cpu_s: float                         # process CPU time spent on the audio
+    audio_s: float                       # seconds of audio heard
+
+
+def debounce(times: np.ndarray, scores: np.ndarray, threshold: float,
+             refractory_s: float = REFRACTORY_S) -> np.ndarray:
+    """The times at which `scores` pass `threshold` (strictly, as the peers' own loops test
+    `prob > threshold`), none within `refractory_s` after the last."""
+    out, last = [], -np.inf
+    for i in np.flatnonzero(np.asarray(scores) > threshold):
+        if times[i] - last >= refractory_s:
+            out.append(float(times[i]))
+            last = times[i]
+    return np.array(out)
+
+
+def int16_bytes(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def chunks(audio: np.ndarray, size: int = CHUNK):
+    """(end sample, int16 bytes) of consecutive chunks."""
+    for i in range(0, len(audio), size):
+        yield min(i + size, len(audio)), int16_bytes(audio[i:i + size])
+
+
+def unavailable(name: str) -> str | None:
+    """Why a peer cannot run here (its package does not import), or None."""
+    try:
+        importlib.import_module(PEER_MODULES[name])
+    except Exception as e:                                  # noqa: BLE001  (any failure is the reason)
+        return f"`{PEER_MODULES[name]}` does not import ({type(e).__name__}: {e}); pip install -e \".[peers]\""
+    return None
+
+
+class Rotkws:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        model = KeywordModel(self.path)
+        if len(model.keywords) != 1:
+            raise ValueError(f"{path}: expected a wake-word model (one keyword), got {list(model.keywords)}")
+        self.phrase = model.keywords[0]
+        self.engine = f"rotkws (`{self.path.name}`)"
+
+    def run(self, audio: np.ndarray) -> Run:
+        self.model = KeywordModel(self.path)              # a session of the process that runs it
+        own = float(self.model.meta.get("detection", {}).get("threshold", THRESHOLD))
+        thresholds = np.unique(np.append(THRESHOLDS, own))
+        started = time.process_time()
+        times, scores = score_track(self.model, audio)
+        cpu = time.process_time() - started
+        sweep = sweep_detections(times, scores, self.model.labels, self.model.keywords, thresholds)
+        return Run(self.engine, self.phrase, thresholds, own,
+                   {th: np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
+                   cpu, len(audio) / SAMPLE_RATE)
+
+
+class _Track:
+    """A peer whose score track is recorded once and swept offline."""
+    engine, default = "", 0.5
+
+    def track(self, audio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def run(self, audio: np.ndarray) -> Run:
+        started = time.process_time()
+        times, scores = self.track(audio)
+        cpu = time.process_time() - started
+        thresholds = np.unique(np.append(PROB_THRESHOLDS, self.default))
+        return Run(self.engine, self.phrase, thresholds, self.default,
+                   {float(th): debounce(times, scores, th) for th in thresholds}, cpu, len(audio) / SAMPLE_RATE)
+
+
+class OpenWakeWord(_Track):
+    engine, default = "openWakeWord", 0.5
+
+    def __init__(self, phrase: str):
+        from pyopen_wakeword import Model, OpenWakeWord as Oww, OpenWakeWordFeatures
+        self.phrase = phrase
+        self._make = lambda: (Oww.from_builtin(Model(phrase)), OpenWakeWordFeatures.from_builtin())
+
+    def track(self, audio):
+        oww, features = self._make()
+        times, scores = [], []
+        for end, data in chunks(audio):
+            for f in features.process_streaming(data):
+                for p in oww.process_streaming(f):
+                    times.append(end / SAMPLE_RATE)
+                    scores.append(float(p))
+        return np.array(times), np.array(scores)
+
+
+class MicroWakeWord(_Track):
+    engine = "microWakeWord"
+
+    def __init__(self, phrase: str):
+        from pymicro_wakeword import MicroWakeWord as Mww, MicroWakeWordFeatures, Model
+        self.phrase = phrase
+        self._make = lambda: (Mww.from_builtin(Model(phrase)), MicroWakeWordFeatures())
+        self.default = float(self._make()[0].probability_cutoff)
+
+    def track(self, audio):
+        mww, features = self._make()
+        times, scores = [], []
+        for end, data in chunks(audio):
+            for f in features.process_streaming(data):
+                p = mww.process_streaming_prob(f)
+                if p is not None:
+                    times.append(end / SAMPLE_RATE)
+                    scores.append(float(p))
+        return np.array(times), np.array(scores)
+
+
+class PocketSphinx:
+    engine = "PocketSphinx"
+
+    def __init__(self, phrase: str, spelling: str | None = None, thresholds=KWS_THRESHOLDS):
+        from pocketsphinx import Decoder
+        self.phrase, self.words, self.kws_thresholds = phrase, (spelling or phrase).lower(), tuple(thresholds)
+        self._decoder = lambda th: Decoder(keyphrase=self.words, kws_threshold=th, samprate=SAMPLE_RATE,
+                                           loglevel="FATAL")
+        d = self._decoder(KWS_DEFAULT)
+        unknown = [w for w in self.words.split() if d.lookup_word(w) is None]
+        if unknown:
+            raise ValueError(f"PocketSphinx's dictionary lacks {unknown} of {self.words!r}")
+
+    def detections(self, audio: np.ndarray, kws_threshold: float) -> np.ndarray:
+        d = self._decoder(kws_threshold)
+        d.start_utt()
+        found, last = [], -np.inf
+        for end, data in chunks(audio):
+            d.process_raw(data, False, False)
+            if d.hyp() is not None:
+                t = end / SAMPLE_RATE
+                if t - last >= REFRACTORY_S:
+                    found.append(t)
+                    last = t
+                d.end_utt()
+                d.start_utt()
+        d.end_utt()
+        return np.array(found)
+
+    def split(self) -> list["PocketSphinx"]:
+        """One engine per threshold of its sweep: passes that can run side by side (`merge`)."""
+        return [PocketSphinx(self.phrase, self.words, [th]) for th in self.kws_thresholds]
+
+    def run(self, audio: np.ndarray) -> Run:
+        started = time.process_time()
+        found = {float(np.log10(th)): self.detections(audio, th) for th in self.kws_thresholds}
+        cpu = (time.process_time() - started) / len(self.kws_thresholds)    # one pass's cost
+        return Run(self.engine, self.phrase, np.array(sorted(found)), float(np.log10(KWS_DEFAULT)), found,
+                   cpu, len(audio) / SAMPLE_RATE)
+
+
+PEER_CLASSES = {"openwakeword": OpenWakeWord, "microwakeword": MicroWakeWord, "pocketsphinx": PocketSphinx}
+
+
+def engines_for(phrases, models, peers=PEERS, spellings=None) -> tuple[list, list[tuple[str, str]]]:
+    """(engines to run, [(name, why not)]): a Rotkws for each model file, and each peer for each
+    phrase it can listen for (openWakeWord and microWakeWord: their built-in models; PocketSphinx:
+    any phrase, `spellings` giving the words its dictionary knows)."""
+    runnable = [Rotkws(m) for m in models]
+    missing = []
+    for name in peers:
+        if name not in PEER_CLASSES:
+            raise ValueError(f"expected peers among {PEERS}, got {name!r}")
+        why = unavailable(name)
+        if why:
+            missing.append((name, why))
+            continue
+        for phrase in phrases:
+            if name != "pocketsphinx" and phrase not in BUILTIN:
+                continue
+            try:
+                runnable.append(PocketSphinx(phrase, (spellings or {}).get(phrase)) if name == "pocketsphinx"
+                                else PEER_CLASSES[name](phrase))
+            except Exception as e:                      # noqa: BLE001  (reported, never dropped)
+                missing.append((f"{name} `{phrase}`", f"{type(e).__name__}: {e}"))
+    return runnable, missing
+
+
+def merge(runs: list[Run]) -> Run:
+    """Runs of one engine and phrase over the same audio at different thresholds (PocketSphinx's
+    `split`) as one: their sweeps together, the CPU of one pass (their mean)."""
+    first = runs[0]
+    detections = {th: d for r in runs for th, d in r.detections.items()}
+    return Run(first.engine, first.phrase, np.array(sorted(detections)), first.default, detections,
+               float(np.mean([r.cpu_s for r in runs])), first.audio_s)
