@@ -14,7 +14,7 @@ COMMANDS = {
     "train": ("training.cli", "train a classifier from a config file (needs the train extra)"),
     "eval": ("app.evaluate", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
-    "enroll": ("training.enroll", "a keyword from text: synthesise it, train, write a streaming ONNX file "
+    "enroll": ("export.enroll", "a keyword from text: synthesise it, train, write a streaming ONNX file "
                                   "(needs the train extra and espeak-ng)"),
     "calibrate": ("export.calibrate", "choose a model's per-keyword thresholds on validation streams, "
                                       "stored in its metadata (needs the train extra)"),

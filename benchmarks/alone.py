@@ -28,7 +28,8 @@ import numpy as np
 
 from app.detection import SMOOTHING_HOPS, moving_average
 from app.spotter import NOT_KEYWORDS
-from benchmarks import pixel_stream, stream
+from benchmarks import pixel_stream
+from evaluation import streams as stream
 from benchmarks.context import AFTER_S, silence
 from benchmarks.pixel_stream import checkpoint_parser, open_bench, score_pixels, write_bench
 from model.logmel import FRAME_RATE

@@ -34,7 +34,8 @@ import onnx
 from app.evaluate import evaluate as evaluate_onnx
 from app.evaluate import save_confusion_png
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
-from benchmarks import ablation, bench_runtime, plots, stats, stream
+from benchmarks import ablation, bench_runtime, plots, stats
+from evaluation import streams as stream
 from benchmarks.report import machine
 from corpus.clips import ClipError
 from corpus.splits import folder_splits

@@ -8,7 +8,7 @@ streaming block and bench/stream_det.png.
     python -m benchmarks.bench_stream --model before=old.onnx --model after=app/models/kws12.onnx
     python -m benchmarks.bench_stream --before-commit 176ebcd        # that commit's default model
 
-Streams (benchmarks/stream.py): testing-split speakers of `speech_commands_v0.02_test_dev` (the
+Streams (evaluation/streams.py): testing-split speakers of `speech_commands_v0.02_test_dev` (the
 ten keywords and other words) with testing-split `alexa` and all `snowboy` recordings as other
 speech, at 1–4 s gaps over background noise at 20/10/5 dB SNR; segments of 30 min, seeds 0, 1, …
 The non-keyword stream is the same without the keyword clips (seeds 500, 501, …). End of input:
@@ -26,7 +26,7 @@ import numpy as np
 
 from app.detection import detect
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
-from benchmarks import stream
+from evaluation import streams as stream
 from benchmarks.plots import det_png
 from app.evaluate import evaluate
 from benchmarks.report import machine, write_section

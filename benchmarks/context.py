@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from benchmarks import stream
+from evaluation import streams as stream
 from benchmarks.pixel_stream import checkpoint_parser, open_bench, score_pixels, write_bench
 from model.logmel import FRAME_RATE
 

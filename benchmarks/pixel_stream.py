@@ -1,7 +1,7 @@
 """Streaming detection in the feature domain: the DET of a checkpoint on streams of held-out
 log-mel images, eight to ten times as many distinct keyword clips as the audio streams have.
 
-The audio streams (benchmarks/stream.py) are made of the held-out split of
+The audio streams (evaluation/streams.py) are made of the held-out split of
 `speech_commands_v0.02_test_dev`: about 400 distinct keyword clips of 20–23 speakers, each
 heard ~17 times in 10 h, so a figure at 1 false accept per hour rests on a handful of clips.
 The image corpus assigns ~10 % of its 2,298 speakers to each held-out split (corpus/splits.py:
@@ -15,7 +15,7 @@ the audio, so a network with the logmel front-end can be run on them directly:
              mixed as mel power; gaps are digital silence (pixel 0)
     scores:  the network's frame probabilities at every hop's last frame (HOP_FRAMES), the
              state carried through the whole stream, as the runtime scores audio
-    DET:     benchmarks/stream.py's sweep and scoring (HIT_WINDOW_S, the runtime's rule)
+    DET:     evaluation/streams.py's sweep and scoring (HIT_WINDOW_S, the runtime's rule)
     spread:  each figure's interval over resamplings of the streams' segments, and each model's
              difference from the first at COMPARED_AT on the same resamplings: at 1 false accept
              per hour a few false accepts move the threshold, so a gain inside the interval is
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from app.spotter import NOT_KEYWORDS
-from benchmarks import stream
+from evaluation import streams as stream
 from benchmarks.report import BENCHMARKS_MD, write_section
 from corpus.clips import SILENCE, UNKNOWN, read_audio
 from corpus.splits import SPLITS
@@ -56,7 +56,7 @@ COMPARED_AT = 1.0                               # where every model is compared 
 def held_out_pixels(data: Path, labels, split: str) -> list[tuple[np.ndarray, str]]:
     """The split's clips as pixels (T, N_MELS) uint8 with their labels (keywords, `_unknown_`;
     no `_silence_`): the image corpus's, test_dev's WAVs and the wake-word recordings that
-    benchmarks/stream.py streams for the split."""
+    evaluation/streams.py streams for the split."""
     images, _ = image_splits(data / IMAGE_ZIP, labels)
     part = images[split]
     out = [(p, l) for p, l in zip(part.pixels, part.labels) if l != SILENCE]
@@ -139,7 +139,7 @@ def score_pixels(net, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def pixel_det(net, labels, keywords, clips, noise, hours: float, seed: int) -> dict:
     """DET rows over `hours` of pixel streams (segments of stream.SEGMENT_MINUTES, seeds
-    seed, seed + 1, …), as benchmarks/stream.py's `det` gives them for audio, and each
+    seed, seed + 1, …), as evaluation/streams.py's `det` gives them for audio, and each
     segment's counts (segments, thresholds, 3) and seconds, for resampling
     (stream.resampled_misses)."""
     counts, seconds = [], []

@@ -1,7 +1,7 @@
 """`rotkws calibrate MODEL.onnx [--fa-per-hour 1] [--hours 20] [--data DIR] [-o OUT.onnx]`.
 
 Chooses the detection rule's operating point of a rotkws model, one threshold per keyword, on
-validation streams (speakers of the validation split only: benchmarks/stream.py builds them from
+validation streams (speakers of the validation split only: evaluation/streams.py builds them from
 `speech_commands_v0.02_test_dev` and the validation-split `alexa` recordings, over noise), and
 stores it in the model's metadata (`detection`), which `rotkws detect`, the demo and the
 JavaScript runtime then use by default. The file is rewritten once (or written to -o).
@@ -23,7 +23,7 @@ import onnx
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
 from app.spotter import KeywordModel, ModelError, detection_settings
-from benchmarks import stream
+from evaluation import streams as stream
 
 from .onnx import set_metadata
 
@@ -38,7 +38,7 @@ LAMBDAS = np.concatenate([[0.0], np.geomspace(1e-3, 1e4, 400)])   # misses trade
 
 def score_tracks(model: KeywordModel, data: Path, split: str, hours: float, seed: int):
     """[(times, scores, events, seconds)] of the spotter over `hours` of `split` streams, one per
-    segment (benchmarks/stream.py)."""
+    segment (evaluation/streams.py)."""
     return [(*stream.score_track(model, audio), events, len(audio) / model.sample_rate)
             for audio, events in stream.segments(data, model.labels, split, hours, seed)]
 

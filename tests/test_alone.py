@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import alone, stream
+from benchmarks import alone
+from evaluation import streams as stream
 from benchmarks.alone import alone_pixels, at_miss_rate, det_rows, heard_alone, items_per_hour, sweep_alone
 from benchmarks.pixel_stream import over_noise
 from model.logmel import FRAME_RATE, power_from_pixels

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
-from benchmarks import stats, stream
-from benchmarks.stream import Event
+from benchmarks import stats
+from evaluation import streams as stream
+from evaluation.streams import Event
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = ("yes", "no", "up", "_unknown_", "_silence_")

@@ -13,6 +13,7 @@ from app.cli import COMMANDS
 from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
 from conftest import REPO, data_root, require
 from test_web import node, reference, run_node   # noqa: F401  (node: the fixture)
+from export import enroll as command
 from training import enroll, tts
 from training.tts import PhraseError
 
@@ -54,7 +55,7 @@ def test_the_phrase_label_is_the_text_with_whitespace_collapsed():
 @pytest.mark.parametrize("argv, says", [([""], "empty"), (["?!"], "no letter"), (["x" * 200], "200 characters")])
 def test_enroll_command_exits_non_zero_with_one_line(argv, says, tmp_path, capsys):
     out = tmp_path / "m.onnx"
-    assert enroll.main(argv + ["-o", str(out)]) == 1
+    assert command.main(argv + ["-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("rotkws enroll: ") and says in err and err.count("\n") == 1
     assert not out.exists()
@@ -62,7 +63,7 @@ def test_enroll_command_exits_non_zero_with_one_line(argv, says, tmp_path, capsy
 
 def test_enroll_command_refuses_a_phrase_spoken_as_silence(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(tts, "probe", lambda phrase: np.zeros(16_000, np.float32))
-    assert enroll.main(["hello", "-o", str(tmp_path / "m.onnx")]) == 1
+    assert command.main(["hello", "-o", str(tmp_path / "m.onnx")]) == 1
     assert "say nothing for 'hello'" in capsys.readouterr().err
 
 
@@ -81,7 +82,7 @@ def test_other_never_fires_and_is_named_once():
 
 
 def test_enroll_is_a_command():
-    assert COMMANDS["enroll"][0] == "training.enroll"
+    assert COMMANDS["enroll"][0] == "export.enroll"
 
 
 def test_targets_mark_the_end_of_the_phrase_and_nothing_else():
@@ -137,7 +138,7 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
     argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
             "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--speech-negatives", "12",
             "--tts-sentences", "3", "--max-steps", "3", "--validation-hours", "0.05"]
-    assert enroll.main(argv) == 0
+    assert command.main(argv) == 0
     return KeywordModel(out)
 
 
@@ -170,10 +171,10 @@ def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model
 
 def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_budget():
     counts = {0.5: 9, 0.6: 2, 0.7: 0, 0.8: 1, 0.9: 0, 0.95: 0}
-    assert enroll.stream_threshold(counts, hours=2.0) == 0.9             # 0.2 allowed: none
-    assert enroll.stream_threshold(counts, hours=20.0) == 0.6            # 2 allowed
-    assert enroll.stream_threshold({0.5: 3, 0.99: 1}, hours=1.0) == enroll.MAX_THRESHOLD   # none keeps it
-    assert enroll.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
+    assert command.stream_threshold(counts, hours=2.0) == 0.9             # 0.2 allowed: none
+    assert command.stream_threshold(counts, hours=20.0) == 0.6            # 2 allowed
+    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=1.0) == enroll.MAX_THRESHOLD   # none keeps it
+    assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
 
 
 def test_a_speech_window_is_utterances_run_together_with_short_pauses():
@@ -193,7 +194,7 @@ def test_mined_draws_favour_the_speech_the_model_nearly_fires_on(monkeypatch):
     import torch
     hard = np.array([False, True, True, False])
     best = np.array([[0.0] * 5 + [1.0] * 5, [0.0] * 10])                  # hops of the two speech examples
-    monkeypatch.setattr(enroll, "hop_scores", lambda net, h: best)
+    monkeypatch.setattr(enroll, "hop_scores", lambda net, h, **kw: best)
     net = torch.nn.Linear(1, 1)
     g = torch.Generator().manual_seed(0)
     first = enroll.draws(net, torch.zeros(4, 3, 2), hard, 0, g)

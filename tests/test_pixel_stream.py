@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
-from benchmarks import pixel_stream, stream
+from benchmarks import pixel_stream
+from evaluation import streams as stream
 from benchmarks.pixel_stream import build_pixel_stream, score_pixels
 from corpus.clips import read_audio
 from model.classifiers import load_checkpoint

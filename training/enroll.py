@@ -21,15 +21,13 @@
    once); its top block, final norm and a new two-class head train for a few minutes. From the
    second epoch the speech examples are drawn by how close the model being trained comes to
    firing on them (hard negatives mined from the speech).
-5. The network (labels: the phrase, `_other_`) exports through export/ as the same streaming
-   ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the validation
+5. The network (labels: the phrase, `_other_`) exports (export/enroll.py, the command) as the
+   same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the validation
    speakers' speech (VCC2016) in the wake-word bench's mix (evaluation/wakestream.py: 1–3 s
    pauses, noise at 10 dB by peak frame energy) run through the runtime; the stored threshold
    is the lowest that keeps it to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
 """
-import argparse
 import io
-import json
 import math
 import re
 import sys
@@ -38,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnx
 import soundfile as sf
 import torch
 import torch.nn.functional as F
@@ -46,17 +43,16 @@ from torch import Tensor
 from tqdm import tqdm
 
 from app.detection import SMOOTHING_HOPS
-from app.spotter import OTHER, KeywordModel
+from app.spotter import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
 from evaluation import speech as real_speech
-from evaluation import wakestream
-from evaluation.sweep import THRESHOLDS, score_track, sweep_detections
+from evaluation.sweep import THRESHOLDS
 from model.classifiers import load_checkpoint
 from model.logmel import CLIP_FRAMES, FRAME, FRAME_RATE, N_MELS, LogMelPixels, power_from_pixels
 from model.network import RotRNNClassifier, RotRNNConfig
 from training.augment import mix_pixels
 from training.features import decode_zip
-from training.paths import REPO, default_data_root
+from training.paths import REPO
 from training.streams import HOP_FRAMES, IGNORE   # frames per hop; frame targets that are not scored
 
 from . import tts
@@ -83,8 +79,6 @@ EXAMPLE_S = 3.0              # seconds of pixels per example
 POSITIVE_BEFORE_END_S = 0.05 # the phrase label starts this long before the phrase ends …
 POSITIVE_AFTER_END_S = 0.5   # … and lasts this long after (the model's pooling time constant)
 SNR_DB = (0.0, 25.0)         # background noise under each example
-CALIBRATION_SNR_DB = (5.0, 20.0)   # … under the negatives that set the threshold: the range of the
-                             # streams false accepts per hour are measured on (benchmarks/stream.py)
 NOISE_ONLY_DB = (-30.0, 6.0)  # noise-only examples: the recordings' level changed by this
 CLEAN_SHARE = 0.1            # examples with no added noise
 CONTEXT_SHARE = 0.5          # examples with another word before the item
@@ -495,39 +489,6 @@ def best_runs(scores: np.ndarray) -> np.ndarray:
     return np.minimum(scores[:, 1:], scores[:, :-1]).max(1)
 
 
-def validation_stream(data: Path, noise: np.ndarray, hours: float, rng) -> tuple[np.ndarray, float]:
-    """(audio, hours): the validation speakers' speech (evaluation/speech.py) in the wake-word
-    bench's mix, no phrase in it; `hours` 0: every utterance once."""
-    said = [real_speech.read(u.path) for u in real_speech.utterances(data, "validation")]
-    items = [wakestream.Item(a, wakestream.SPEECH, "validation") for a in said]
-    seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(wakestream.PAUSE_S))
-    audio, _ = wakestream.build(items, noise, seconds, rng)
-    return audio, len(audio) / SAMPLE_RATE / 3600
-
-
-def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> float:
-    """The lowest threshold of the sweep ({threshold: false accepts in `hours`}) at which it and
-    every higher threshold keep to `fa_per_hour`, within [MIN_THRESHOLD, MAX_THRESHOLD]."""
-    ths = sorted(counts)
-    ok = [th for i, th in enumerate(ths) if all(counts[t] <= fa_per_hour * hours for t in ths[i:])]
-    return float(np.clip(ok[0] if ok else MAX_THRESHOLD, MIN_THRESHOLD, MAX_THRESHOLD))
-
-
-def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfig, rng) -> dict:
-    """The threshold the runtime fires at no more than VALIDATION_FA_PER_HOUR on the validation
-    stream (`validation_stream`, `stream_threshold`), and what that stream measured."""
-    audio, hours = validation_stream(data, noise, cfg.validation_hours, rng)
-    model = KeywordModel(model_path)
-    times, scores = score_track(model, audio)
-    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS)
-    counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours)
-    near = min(counts, key=lambda t: abs(t - th))
-    return {"threshold": th, "validation_stream_hours": round(hours, 3),
-            "validation_stream_false_accepts": counts[near],
-            "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / hours, 2)}
-
-
 def held_out_rates(scores: np.ndarray, kind: np.ndarray, threshold: float) -> dict:
     """The share of each kind of held-out example (`scores` (N, hops), `kind` (N,)) whose best run
     reaches `threshold`: synthetic phrases detected, negatives firing."""
@@ -539,34 +500,17 @@ def held_out_rates(scores: np.ndarray, kind: np.ndarray, threshold: float) -> di
 
 
 # -- the command ----------------------------------------------------------------------------------
-INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
-               "speech_negatives", "tts_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
+@dataclass
+class Fit:
+    net: RotRNNClassifier        # labels (phrase, OTHER), in eval mode
+    meta: dict                   # provenance and training figures, for the file's metadata
+    items: Items                 # what it was trained on (the export verifies on some positives)
+    held_scores: np.ndarray      # (N, hops) smoothed phrase scores of the held-out examples
+    held_kind: np.ndarray        # (N,) their kinds
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    d = EnrollConfig()
-    p = argparse.ArgumentParser(prog="rotkws enroll", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("phrase", help="the words to spot, e.g. \"computer\"")
-    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="the backbone (default: %(default)s)")
-    p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
-    for name in INT_OPTIONS:
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    p.add_argument("--negative-weight", type=float, default=d.negative_weight,
-                   help="weight of the frames that are not the phrase in the loss (default: %(default)s)")
-    p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
-                   help="real recordings of the phrase, trained on beside the synthetic ones "
-                        "(augmented as they are); default: none, text alone")
-    p.add_argument("--validation-hours", type=float, default=d.validation_hours,
-                   help="hours of validation stream the threshold is chosen on (default: every "
-                        "validation utterance once, about 2 h)")
-    return p.parse_args(argv)
-
-
-def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollConfig,
-           say=tts.synthesize) -> dict:
-    """The whole recipe; returns what it measured (also in the file's metadata)."""
+def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.synthesize) -> Fit:
+    """Steps 1–4 of the recipe (the module docstring): the network for `phrase`, trained."""
     started = time.perf_counter()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -584,46 +528,9 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     train_idx = torch.from_numpy(np.flatnonzero(~held))
     losses = train(net, h[train_idx], torch.from_numpy(y)[train_idx], cfg, hard=kind[~held] == SPEECH)
     held_scores = hop_scores(net, h[torch.from_numpy(np.flatnonzero(held))], trained=cfg.blocks)
-    seconds = time.perf_counter() - started
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
                               "backbone_data": entry.get("data", "unknown"), **items.sources},
             "task": "enroll", "detection": {"threshold": MAX_THRESHOLD},
             "enroll": {"examples": int(len(x)), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])),
-                       "train_seconds": round(seconds, 1), "config": vars(cfg)}}
-    from export.onnx import export_onnx, set_metadata
-    export_onnx(net.eval(), output, meta=meta, clips=[a for a in items.positives[:4]])
-    chosen = choose_on_stream(output, data, items.noise, cfg, rng)
-    meta["enroll"] |= chosen | held_out_rates(held_scores, kind[held], chosen["threshold"])
-    proto = onnx.load(output)
-    set_metadata(proto, {"detection": json.dumps({"threshold": chosen["threshold"]}),
-                         "enroll": json.dumps(meta["enroll"])})
-    onnx.save(proto, output)
-    return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else list(argv))
-    cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
-                       negative_weight=args.negative_weight, recordings=tuple(args.recordings))
-    torch.set_num_threads(cfg.threads)
-    try:
-        phrase = tts.check_phrase(args.phrase)
-        data = Path(args.data).resolve() if args.data else default_data_root()
-        report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg)
-    except (PhraseError, ClipError, ValueError) as e:
-        print(f"rotkws enroll: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.output}: labels [{phrase!r}, {OTHER!r}], threshold {report['threshold']}: "
-          f"{report['validation_stream_false_accepts']} false accepts in "
-          f"{report['validation_stream_hours']:.1f} h of validation speech (expect ≤ "
-          f"{VALIDATION_FA_PER_HOUR:g} per hour in speech like it); held out: synthetic phrases "
-          f"detected {report['validation_positives_detected']:.0%}, speech windows firing "
-          f"{report['validation_speech_firing']:.2%}, real words "
-          f"{report['validation_real_negatives_firing']:.2%}, synthetic words "
-          f"{report['validation_synthetic_negatives_firing']:.2%}; "
-          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                       "train_seconds": round(time.perf_counter() - started, 1), "config": vars(cfg)}}
+    return Fit(net.eval(), meta, items, held_scores, kind[held])

@@ -1,0 +1,132 @@
+"""`rotkws enroll TEXT -o MODEL.onnx`: a wake word of your own, from text alone (the recipe:
+training/enroll.py). This command trains it, exports it as the streaming ONNX file `rotkws
+export` writes, and chooses its threshold on a stream of real speech through the runtime:
+the validation speakers (evaluation/speech.py: VCC2016, in neither training nor the bench) in
+the wake-word bench's mix (evaluation/wakestream.py), the stored threshold the lowest that keeps
+them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from app.spotter import OTHER, KeywordModel
+from corpus.clips import ClipError
+from evaluation import speech as real_speech
+from evaluation import wakestream
+from evaluation.sweep import THRESHOLDS, score_track, sweep_detections
+from training import enroll as recipe
+from training import tts
+from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
+                             VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
+from training.paths import default_data_root
+from training.tts import PhraseError
+
+from .onnx import export_onnx, set_metadata
+
+
+def validation_stream(data: Path, noise: np.ndarray, hours: float, rng) -> tuple[np.ndarray, float]:
+    """(audio, hours): the validation speakers' speech (evaluation/speech.py) in the wake-word
+    bench's mix, no phrase in it; `hours` 0: every utterance once."""
+    said = [real_speech.read(u.path) for u in real_speech.utterances(data, "validation")]
+    items = [wakestream.Item(a, wakestream.SPEECH, "validation") for a in said]
+    seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(wakestream.PAUSE_S))
+    audio, _ = wakestream.build(items, noise, seconds, rng)
+    return audio, len(audio) / SAMPLE_RATE / 3600
+
+
+def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> float:
+    """The lowest threshold of the sweep ({threshold: false accepts in `hours`}) at which it and
+    every higher threshold keep to `fa_per_hour`, within [MIN_THRESHOLD, MAX_THRESHOLD]."""
+    ths = sorted(counts)
+    ok = [th for i, th in enumerate(ths) if all(counts[t] <= fa_per_hour * hours for t in ths[i:])]
+    return float(np.clip(ok[0] if ok else MAX_THRESHOLD, MIN_THRESHOLD, MAX_THRESHOLD))
+
+
+def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfig, rng) -> dict:
+    """The threshold the runtime fires at no more than VALIDATION_FA_PER_HOUR on the validation
+    stream (`validation_stream`, `stream_threshold`), and what that stream measured."""
+    audio, hours = validation_stream(data, noise, cfg.validation_hours, rng)
+    model = KeywordModel(model_path)
+    times, scores = score_track(model, audio)
+    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS)
+    counts = {th: len(d) for th, d in sweep.items()}
+    th = stream_threshold(counts, hours)
+    near = min(counts, key=lambda t: abs(t - th))
+    return {"threshold": th, "validation_stream_hours": round(hours, 3),
+            "validation_stream_false_accepts": counts[near],
+            "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / hours, 2)}
+
+
+INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
+               "speech_negatives", "tts_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    d = EnrollConfig()
+    p = argparse.ArgumentParser(prog="rotkws enroll", description=__doc__ + "\n" + recipe.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("phrase", help="the words to spot, e.g. \"computer\"")
+    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="the backbone (default: %(default)s)")
+    p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
+    for name in INT_OPTIONS:
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--negative-weight", type=float, default=d.negative_weight,
+                   help="weight of the frames that are not the phrase in the loss (default: %(default)s)")
+    p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
+                   help="real recordings of the phrase, trained on beside the synthetic ones "
+                        "(augmented as they are); default: none, text alone")
+    p.add_argument("--validation-hours", type=float, default=d.validation_hours,
+                   help="hours of validation stream the threshold is chosen on (default: every "
+                        "validation utterance once, about 2 h)")
+    return p.parse_args(argv)
+
+
+def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollConfig,
+           say=tts.synthesize) -> dict:
+    """The whole recipe; returns what it measured (also in the file's metadata)."""
+    started = time.perf_counter()
+    trained = fit(phrase, checkpoint, data, cfg, say)
+    meta, items = trained.meta, trained.items
+    export_onnx(trained.net, output, meta=meta, clips=[a for a in items.positives[:4]])
+    chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
+    meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
+    proto = onnx.load(output)
+    set_metadata(proto, {"detection": json.dumps({"threshold": chosen["threshold"]}),
+                         "enroll": json.dumps(meta["enroll"])})
+    onnx.save(proto, output)
+    return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
+                       negative_weight=args.negative_weight, recordings=tuple(args.recordings))
+    torch.set_num_threads(cfg.threads)
+    try:
+        phrase = tts.check_phrase(args.phrase)
+        data = Path(args.data).resolve() if args.data else default_data_root()
+        report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg)
+    except (PhraseError, ClipError, ValueError) as e:
+        print(f"rotkws enroll: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}: labels [{phrase!r}, {OTHER!r}], threshold {report['threshold']}: "
+          f"{report['validation_stream_false_accepts']} false accepts in "
+          f"{report['validation_stream_hours']:.1f} h of validation speech (expect ≤ "
+          f"{VALIDATION_FA_PER_HOUR:g} per hour in speech like it); held out: synthetic phrases "
+          f"detected {report['validation_positives_detected']:.0%}, speech windows firing "
+          f"{report['validation_speech_firing']:.2%}, real words "
+          f"{report['validation_real_negatives_firing']:.2%}, synthetic words "
+          f"{report['validation_synthetic_negatives_firing']:.2%}; "
+          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
