@@ -1,7 +1,7 @@
 """The engines the wake-word bench (benchmarks/wakeword.py) runs on one long stream, each fed as
-a microphone feeds it, its state carried throughout, on one thread where its library lets us
-choose: rotkws models through the project's runtime, and the peers a user would install instead,
-their weights inside their wheels (`pip install -e ".[peers]"`):
+a microphone feeds it, its state carried throughout, on one thread: rotkws models through the
+project's runtime, and the peers a user would install instead, their weights inside their wheels
+(`pip install -e ".[peers]"`):
 
 - openWakeWord (`pyopen-wakeword`): its `alexa` model on its melspectrogram and embedding
   models, one probability per 80 ms; a detection when it passes the threshold (its default 0.5).
@@ -13,10 +13,18 @@ their weights inside their wheels (`pip install -e ".[peers]"`):
   second of audio each); the Run's thresholds are log10 of kws_threshold (ascending: stricter),
   its default 1e-30 → −30. Its CPU figure is one pass's.
 
+Threads: rotkws runs one onnxruntime thread (app.spotter.ORT_THREADS). The two TFLite peers
+create their interpreters with no options, i.e. TFLite's default thread count: openWakeWord then
+started 8 threads and spent 52 ms of CPU per second of audio against 31 ms of wall time on a
+2-core machine (microWakeWord's int8 model started none); each of their interpreters is rebuilt
+here with one thread (`one_thread`: openWakeWord 33 ms of CPU and of wall, its probabilities the
+same within 4e-6). PocketSphinx runs on one thread.
+
 Every engine's score track (rotkws: the runtime's own rule) is turned into detections at each
 threshold of a sweep with the same 1 s refractory time (app.detection.REFRACTORY_S), so one
 spoken phrase is one detection whatever the engine.
 """
+import ctypes
 import importlib
 import time
 from dataclasses import dataclass
@@ -104,6 +112,28 @@ class Rotkws:
                    cpu, len(audio) / SAMPLE_RATE)
 
 
+def one_thread(peer, prefix: str = "", shape: tuple | None = None) -> None:
+    """Rebuild the TFLite interpreter `peer.<prefix>interpreter` of `peer.<prefix>model` with one
+    thread, resized to `shape` as the peer resized it, and point `peer.<prefix>input_tensor` and
+    `…output_tensor` at its tensors (the attribute names of the pinned pyopen-wakeword 1.1.0 and
+    pymicro-wakeword 2.5.0; a peer's `reset()` would rebuild it with the default again)."""
+    lib = peer.lib
+    lib.TfLiteInterpreterOptionsCreate.restype = ctypes.c_void_p
+    lib.TfLiteInterpreterOptionsSetNumThreads.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    lib.TfLiteInterpreterOptionsDelete.argtypes = lib.TfLiteInterpreterDelete.argtypes = [ctypes.c_void_p]
+    options = lib.TfLiteInterpreterOptionsCreate()
+    lib.TfLiteInterpreterOptionsSetNumThreads(options, 1)
+    interpreter = lib.TfLiteInterpreterCreate(getattr(peer, prefix + "model"), options)
+    lib.TfLiteInterpreterOptionsDelete(options)
+    lib.TfLiteInterpreterDelete(getattr(peer, prefix + "interpreter"))
+    if shape:
+        lib.TfLiteInterpreterResizeInputTensor(interpreter, 0, (ctypes.c_int32 * len(shape))(*shape), len(shape))
+    lib.TfLiteInterpreterAllocateTensors(interpreter)
+    setattr(peer, prefix + "interpreter", interpreter)
+    setattr(peer, prefix + "input_tensor", lib.TfLiteInterpreterGetInputTensor(interpreter, 0))
+    setattr(peer, prefix + "output_tensor", lib.TfLiteInterpreterGetOutputTensor(interpreter, 0))
+
+
 class _Track:
     """A peer whose score track is recorded once and swept offline."""
     engine, default = "", 0.5
@@ -124,12 +154,21 @@ class OpenWakeWord(_Track):
     engine, default = "openWakeWord", 0.5
 
     def __init__(self, phrase: str):
-        from pyopen_wakeword import Model, OpenWakeWord as Oww, OpenWakeWordFeatures
-        self.phrase = phrase
-        self._make = lambda: (Oww.from_builtin(Model(phrase)), OpenWakeWordFeatures.from_builtin())
+        from pyopen_wakeword import Model
+        self.phrase, self.model = phrase, Model(phrase)
+
+    def make(self):
+        """(classifier, features) of its own, each interpreter on one thread."""
+        from pyopen_wakeword import OpenWakeWord as Oww, OpenWakeWordFeatures
+        from pyopen_wakeword.openwakeword import EMB_SHAPE, MEL_SHAPE
+        oww, features = Oww.from_builtin(self.model), OpenWakeWordFeatures.from_builtin()
+        one_thread(oww)
+        one_thread(features, "mel_", MEL_SHAPE)
+        one_thread(features, "emb_", EMB_SHAPE)
+        return oww, features
 
     def track(self, audio):
-        oww, features = self._make()
+        oww, features = self.make()
         times, scores = [], []
         for end, data in chunks(audio):
             for f in features.process_streaming(data):
@@ -143,13 +182,19 @@ class MicroWakeWord(_Track):
     engine = "microWakeWord"
 
     def __init__(self, phrase: str):
-        from pymicro_wakeword import MicroWakeWord as Mww, MicroWakeWordFeatures, Model
-        self.phrase = phrase
-        self._make = lambda: (Mww.from_builtin(Model(phrase)), MicroWakeWordFeatures())
-        self.default = float(self._make()[0].probability_cutoff)
+        from pymicro_wakeword import Model
+        self.phrase, self.model = phrase, Model(phrase)
+        self.default = float(self.make()[0].probability_cutoff)
+
+    def make(self):
+        """(classifier, features) of its own, its interpreter on one thread."""
+        from pymicro_wakeword import MicroWakeWord as Mww, MicroWakeWordFeatures
+        mww = Mww.from_builtin(self.model)
+        one_thread(mww)
+        return mww, MicroWakeWordFeatures()
 
     def track(self, audio):
-        mww, features = self._make()
+        mww, features = self.make()
         times, scores = [], []
         for end, data in chunks(audio):
             for f in features.process_streaming(data):
