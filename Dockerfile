@@ -52,7 +52,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # the base image's release, as .ci/run's do)
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k \
+ && apt-get install -y --no-install-recommends espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
  && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 10001 --user-group rotkws
 WORKDIR /home/rotkws/rotkws
@@ -62,6 +62,7 @@ COPY --chown=rotkws training/ training/
 COPY --chown=rotkws export/ export/
 COPY --chown=rotkws app/ app/
 COPY --chown=rotkws corpus/ corpus/
+COPY --chown=rotkws evaluation/ evaluation/
 COPY --chown=rotkws benchmarks/ benchmarks/
 # editable: runs, checkpoints and exports land in this working tree, which the user owns
 RUN pip install -e "./[train]"

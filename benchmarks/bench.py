@@ -55,7 +55,8 @@ ANCHORS = [   # published figures, never measured here: each with its own data
     ("BC-ResNet-8 (Kim et al., Interspeech 2021)", "98.7 % KWS-12", "full Speech Commands v0.02 (~85k training clips), official test list"),
     ("MatchboxNet (Majumdar & Ginsburg, Interspeech 2020)", "98.0 % KWS-12", "full Speech Commands, official test list"),
     ("Porcupine (Picovoice)", "2.7 % missed at 1 FA/10 h", "Picovoice's own wake-word benchmark (its words, its noise)"),
-    ("RotRNN paper (Biegun et al., arXiv:2407.07239)", "its SC-35 table", "full Speech Commands, 35 words, raw 16 kHz, bidirectional clip model: not reproduced here (`training/configs/sc35_paper.yaml` needs a GPU)"),
+    ("RotRNN paper (Biegun et al., arXiv:2407.07239)", "its SC-35 table",
+     "full Speech Commands, 35 words, raw 16 kHz, bidirectional: not reproduced (`sc35_paper.yaml` needs a GPU)"),
 ]
 
 

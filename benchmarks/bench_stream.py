@@ -2,8 +2,8 @@
 sweep, misses at 1 false accept per hour and per 10 hours, the model's own operating point (its
 metadata's thresholds, as `rotkws detect` uses them), false accepts per hour on a stream of
 non-keyword speech only, keywords at the very end of the input, and the clip accuracy on the
-same speakers (`rotkws eval`). Writes the `bench_stream` section of BENCHMARKS.md, the README's
-streaming block and bench/stream_det.png.
+same speakers (`rotkws eval`). Writes the `bench_stream` section of BENCHMARKS.md and
+bench/stream_det.png.
 
     python -m benchmarks.bench_stream --model before=old.onnx --model after=app/models/kws12.onnx
     python -m benchmarks.bench_stream --before-commit 176ebcd        # that commit's default model
@@ -16,7 +16,6 @@ each testing-split keyword clip alone through `rotkws detect`'s path (process, f
 the same clip followed by 1 s of silence, and alone without the flush's silence (flush_s = 0).
 """
 import argparse
-import datetime
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_s
 from evaluation import streams as stream
 from benchmarks.plots import det_png
 from app.evaluate import evaluate
-from benchmarks.report import machine, write_section
+from benchmarks.report import write_section
 from corpus.clips import list_clips, read_audio
 from corpus.splits import speaker_split
 from training.paths import default_data_root
@@ -40,7 +39,6 @@ OTHER_SEED = 500              # its segments' seeds
 FA_POINTS = {"1 FA/h": 1.0, "1 FA/10 h": 0.1}
 END_SILENCE_S = 1.0           # end of input: the clip followed by this much silence
 PNG = Path(__file__).resolve().parents[1] / "bench" / "stream_det.png"
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
@@ -137,18 +135,6 @@ def report(results: dict, hours: float, other_hours: float) -> str:
     return "\n".join(lines)
 
 
-def readme_block(body: str, path: Path = README) -> None:
-    """The README's streaming block (between its markers) ← this run's table, dated."""
-    stamp = (f"_From `python -m benchmarks.bench_stream`, {datetime.date.today().isoformat()}, {machine()} "
-             f"(BENCHMARKS.md, section bench_stream)._")
-    text = path.read_text()
-    start, end = "<!-- bench_stream:readme -->", "<!-- /bench_stream:readme -->"
-    if start not in text or end not in text:
-        raise SystemExit(f"{path} lacks the markers {start} … {end}")
-    head, rest = text.split(start, 1)
-    path.write_text(f"{head}{start}\n{stamp}\n\n{body}\n{end}{rest.split(end, 1)[1]}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_stream", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         points = {k: stream.operating_point(last["rows"], fa) for k, fa in FA_POINTS.items()}
         det_png(last["rows"], last["hours"], points, PNG)
         write_section("bench_stream", "Streaming detection: before and after stream training", body)
-        readme_block(body)
     return 0
 
 

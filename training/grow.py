@@ -8,7 +8,7 @@ state gains one segment per new layer (before `pooled`; zeros to start, as every
 (`trainer.init_from`) starts where the original stopped, with C and D of the new blocks the
 first weights to move.
 
-    python -m training.grow training/checkpoints/kws12_preroll.ckpt --layers 6 -o runs/grown6.ckpt
+    python -m training.grow training/checkpoints/kws12_more3.ckpt --layers 6 -o runs/grown6.ckpt
 """
 import argparse
 import sys

@@ -137,7 +137,7 @@ class KWSModule(L.LightningModule):
         keyword's tail, noise, silence; from zeros only at a stream's very start. The clip stage
         starts every clip from zeros, and the stream-trained default is surest of a word heard
         first: after another word and 1 s of silence it finds about a third fewer keywords at 0.96
-        (BENCHMARKS.md, context_validation). Measured: this alone does not remove that gap."""
+        (BENCHMARKS.md, What came before a keyword). Measured: this alone does not remove that gap."""
         if self._carry is None:
             raise RuntimeError("clip_states needs a stream step first: it reads the rows' states")
         return self._carry[torch.arange(n, device=self._carry.device) % len(self._carry)]
