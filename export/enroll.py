@@ -84,7 +84,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "(augmented as they are); default: none, text alone")
     p.add_argument("--validation-hours", type=float, default=d.validation_hours,
                    help="hours of validation stream the threshold is chosen on (default: every "
-                        "validation utterance once, about 2 h)")
+                        "validation utterance once, about 3.3 h)")
     return p.parse_args(argv)
 
 

@@ -209,6 +209,14 @@ class RotRNNClassifier(nn.Module):
         states.append(pooled[:, -1])
         return self.head(self.norm(pooled)), torch.cat(states, 1)
 
+    def logits_from_block(self, h: Tensor, first: int) -> Tensor:
+        """The end of `frame_logits` (every state zero at the start): blocks `first`… on their
+        input h (B, T, d_model), the pooling at every frame, norm, head → (B, T, n_classes).
+        `rotkws enroll` computes the frozen blocks below `first` once and trains the rest."""
+        for block in self.blocks[first:]:
+            h, _ = block(h, None)
+        return self.head(self.norm(self._ema_frames(h, None)))
+
     def _ema_frames(self, h: Tensor, p0: Tensor | None) -> Tensor:
         """Every p_t of `_ema`: (B, T, d), by EMA_BLOCK-frame blocks of relative exponents."""
         alpha, out = self.pool_decay, []

@@ -104,6 +104,31 @@ def test_an_example_places_the_phrase_end_between_1_and_2_3_seconds():
         assert 100 <= first <= 230 and x.shape == (300, 40) and x.max() <= 255
 
 
+def test_a_warm_up_before_the_example_is_not_scored_and_the_phrase_follows_it():
+    rng = np.random.default_rng(0)
+    item, before = np.full((80, 40), 120.0, np.float32), np.full((150, 40), 90.0, np.float32)
+    noise = np.full((1000, 40), 30.0, np.float32)
+    for _ in range(20):
+        x, y = enroll.example(item, 70, None, 300, noise, rng, warm=200, before=before)
+        first = int(np.flatnonzero(y == enroll.PHRASE_CLASS)[0]) + 5
+        assert x.shape == (500, 40) and (y[:200] == enroll.IGNORE).all()
+        assert 300 <= first <= 430 and x[:150].min() > x[150:200].max()   # the speech, then a pause
+
+
+@pytest.mark.parametrize("trained", [1, 2, 4])
+def test_the_frozen_blocks_then_the_trained_ones_are_the_network(trained):
+    import torch
+    from model.network import RotRNNClassifier, RotRNNConfig
+    torch.manual_seed(0)
+    net = RotRNNClassifier(RotRNNConfig(labels=("hey", OTHER), d_model=32, state=32, heads=4, layers=4,
+                                        frontend="logmel", chunk=16)).eval()
+    pixels = torch.rand(3, 150, 40) * 255
+    with torch.no_grad():
+        split = enroll.frame_logits(net, enroll.lower(net, pixels, trained), trained)
+        whole, _ = net.frame_logits(pixels)
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+
+
 def test_the_room_keeps_length_and_peak():
     rng = np.random.default_rng(0)
     dry = np.sin(np.arange(8000) / 5).astype(np.float32) * 0.5

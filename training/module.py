@@ -47,6 +47,20 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def optimizer(params, recurrent, lr: float, recurrent_lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over `params`: the `recurrent` ones among them (from `recurrent_parameters()`, never
+    from names) at their own lr with no weight decay, which makes AdamW exactly Adam there."""
+    ids = {id(p) for p in recurrent}
+    rest = [p for p in params if id(p) not in ids]
+    return torch.optim.AdamW([{"params": rest, "lr": lr, "weight_decay": weight_decay},
+                              {"params": list(recurrent), "lr": recurrent_lr, "weight_decay": 0.0}])
+
+
+def schedule(opt: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Every group's lr by `warmup_cosine`, stepped once per optimiser step."""
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total))
+
+
 class KWSModule(L.LightningModule):
     """Arguments are plain dicts (the config sections), so `hyper_parameters` stays plain and a
     checkpoint loads with `torch.load(weights_only=True)`."""
@@ -186,15 +200,11 @@ class KWSModule(L.LightningModule):
         """AdamW for most weights; the recurrent group (from `net.recurrent_parameters()`, never
         from names) at its own lr with no weight decay, which makes AdamW exactly Adam there."""
         recurrent = self.net.recurrent_parameters() if self.recurrent else []
-        ids = {id(p) for p in recurrent}
-        rest = [p for p in self.net.parameters() if id(p) not in ids]
         o = self.optim
-        opt = torch.optim.AdamW([{"params": rest, "lr": o.lr, "weight_decay": o.weight_decay},
-                                 {"params": recurrent, "lr": o.recurrent_lr, "weight_decay": 0.0}])
+        opt = optimizer(self.net.parameters(), recurrent, o.lr, o.recurrent_lr, o.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        warmup = max(1, int(round(o.warmup_epochs * total / epochs)))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total))
+        sched = schedule(opt, max(1, int(round(o.warmup_epochs * total / epochs))), total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # -- checkpoint contract (model/classifiers.py: checkpoint_payload) ----------------------

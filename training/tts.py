@@ -39,7 +39,7 @@ ESPEAK_AMPLITUDE = (60, 160)     # 0–200 (default 100)
 FLITE_VOICES = ("kal", "awb", "rms", "slt")
 STRETCH = (0.8, 1.3)             # flite/festival duration stretch (1: the voice's own rate)
 FLITE_PITCH = (80, 200)          # Hz, flite's int_f0_target_mean
-ENGINE_SHARE = {"espeak-ng": 0.7, "flite": 0.2, "festival": 0.1}   # of the clips, when installed
+ENGINE_SHARE = {"espeak-ng": 0.4, "flite": 0.35, "festival": 0.25}   # of the clips, when installed
 SUBPROCESS_TIMEOUT_S = 60
 
 
