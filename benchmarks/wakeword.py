@@ -23,6 +23,7 @@ import argparse
 import json
 import multiprocessing
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
               f"1 FA/h {pct(r['budgets'][1.0])}; 1 FA/10 h {pct(r['budgets'][0.1])}; "
               f"{r['cpu_ms_per_s']:.1f} ms/s", file=sys.stderr)
     text = table(results, missing)
-    note = describe(counts, hours, args.seed)
+    note = textwrap.fill(describe(counts, hours, args.seed), 100)   # no line wider than a screen
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"counts": counts, "hours": hours, "results": results,
