@@ -196,9 +196,11 @@ def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model
 
 def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_budget():
     counts = {0.5: 9, 0.6: 2, 0.7: 0, 0.8: 1, 0.9: 0, 0.95: 0}
-    assert command.stream_threshold(counts, hours=2.0) == 0.9             # 0.2 allowed: none
-    assert command.stream_threshold(counts, hours=20.0) == 0.6            # 2 allowed
-    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=1.0) == enroll.MAX_THRESHOLD   # none keeps it
+    assert command.stream_threshold(counts, hours=2.0, fa_per_hour=0.1) == 0.9    # 0.2 allowed: none
+    assert command.stream_threshold(counts, hours=20.0, fa_per_hour=0.1) == 0.6   # 2 allowed
+    assert command.stream_threshold(counts, hours=2.0) == 0.6                     # the default: 2 allowed
+    assert command.stream_threshold(counts, hours=1.0) == 0.7                     # 1 allowed
+    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == enroll.MAX_THRESHOLD   # none keeps it
     assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
 
 
