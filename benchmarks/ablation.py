@@ -18,12 +18,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from app.spotter import HOP_SECONDS
 from corpus.clips import ClipError
+from corpus.folders import KEYWORD_FOLDER
 from model import SAMPLE_RATE, count_parameters
 from training.data import read_clips
 from training.evaluate import load_network, predict, select_clips
 
 CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
-TEST_FOLDER = "speech_commands_v0.02_test_dev"     # its `testing` speakers: never trained on
+TEST_FOLDER = KEYWORD_FOLDER     # its `testing` speakers: never trained on
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import numpy as np
 import soxr
 
 from corpus.clips import AUDIO_SUFFIXES, ClipError, read_audio
+from corpus.folders import NOISE_FOLDER, SPEECH_FOLDER, WAKEWORD_FOLDER
 
-SPEECH_FOLDER = "english_speech_dev"
 SPEECH_SPLITS = ("training", "validation", "bench")
 SPEECHOCEAN = "speechocean762"      # SPEAKERnnnn/<utt>.ogg; train/ and test/ hold Kaldi `text`, `utt2spk`
 VCC = "vcc2016"                     # <speaker>/<part>_<utt>.ogg
@@ -83,8 +83,6 @@ def utterances(data: Path, split: str, phrase: str | None = None) -> list[Uttera
 
 SPLIT_SOURCES = {"training": "speechocean762 train speakers", "validation": "VCC2016",
                  "bench": "speechocean762 test speakers, LJ Speech"}
-WAKEWORD_FOLDER = "wakeword_benchmark_dev"      # <phrase>/<n>.flac|wav: real recordings of wake phrases
-NOISE_FOLDER = "speech_commands_background_noise"
 BENCH_PHRASES = ("alexa", "snowboy")            # the phrases with real recordings
 
 

@@ -17,10 +17,10 @@ import numpy as np
 from evaluation.sweep import FEED_SECONDS, THRESHOLDS, score_track, sweep_detections  # noqa: F401 (benches read them here)
 from app.spotter import KeywordModel
 from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
+from corpus.folders import KEYWORD_FOLDER   # keywords and `_unknown_` words, by speaker
 from corpus.splits import speaker_split
 from evaluation.speech import NOISE_FOLDER, WAKEWORD_FOLDER
 
-KEYWORD_FOLDER = "speech_commands_v0.02_test_dev"   # keywords and `_unknown_` words, by speaker
 GAP_S = (1.0, 4.0)            # silence between clips, uniform
 SNRS_DB = (20.0, 10.0, 5.0)   # speech-to-noise ratios, in turn
 HIT_WINDOW_S = 1.0            # a detection up to this long after the clip's end still counts

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from corpus.folders import default_data_root
+
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = REPO / "tests" / "data" / "clips"          # a few real clips shipped with the tests
 
 
 def data_root() -> Path:
-    return Path(os.environ.get("ROTKWS_DATA", REPO.parent / "shared" / "data")).resolve()
+    return default_data_root()
 
 
 def require(path: Path) -> Path:

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomS
 
 from corpus.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
                        read_audio)
+from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER
 from corpus.splits import SPLITS, folder_splits, speaker_split
 from model import SAMPLE_RATE
 from model.logmel import FRAME_RATE
@@ -47,8 +48,8 @@ class Source:
 class DataConfig:
     task: str = "kws12"                  # kws12 or sc35 (training/tasks.py): the label list
     root: str | None = None              # folder the sources are relative to; None: $ROTKWS_DATA
-    sources: list = field(default_factory=lambda: [{"path": "speech_commands_v0.02_test_dev"}])
-    noise: str | None = "speech_commands_background_noise"   # long noise files, relative to root
+    sources: list = field(default_factory=lambda: [{"path": KEYWORD_FOLDER}])
+    noise: str | None = NOISE_FOLDER   # long noise files, relative to root
     batch_size: int = 64
     num_workers: int = 0                 # DataLoader workers (0: load in the training process)
     unknown_share: float = 0.1           # kws12: share of _unknown_ examples (subsampled to it)

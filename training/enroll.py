@@ -48,6 +48,7 @@ from tqdm import tqdm
 from app.detection import SMOOTHING_HOPS
 from app.spotter import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
+from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, SAMPLE_FOLDER
 from evaluation import speech as real_speech
 from evaluation.sweep import THRESHOLDS
 from model.classifiers import load_checkpoint
@@ -63,9 +64,8 @@ from . import tts
 from .tts import SAMPLE_RATE, PhraseError
 
 DEFAULT_CHECKPOINT = REPO / "training" / "checkpoints" / "kws12.ckpt"
-IMAGE_ZIP = "speech_commands_v0.02_logmel/speech_commands_v0.02_logmel_train.zip"
-SAMPLE_FOLDER = "speech_commands_v0.01_sample"
-TEST_FOLDER = "speech_commands_v0.02_test_dev"    # its speakers are never trained on here
+IMAGE_ZIP = IMAGE_TRAIN_ZIP
+TEST_FOLDER = KEYWORD_FOLDER                      # its speakers are never trained on here
 WAKEWORD_FOLDER = real_speech.WAKEWORD_FOLDER
 NEGATIVE_WAKEWORDS = ("alexa",)                   # the even-numbered ones; never "snowboy"
 NOISE_FOLDER = real_speech.NOISE_FOLDER
