@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from app.detection import SMOOTHING_HOPS
+from app.detection import SMOOTHING_HOPS, moving_average
 from app.spotter import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
 from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, SAMPLE_FOLDER
@@ -495,10 +495,9 @@ def hop_scores(net: RotRNNClassifier, h: Tensor, batch: int = 256, trained: int 
 
 
 def smooth(hops: np.ndarray) -> np.ndarray:
-    """(N, hops) → the mean of each hop and the SMOOTHING_HOPS − 1 before it (zeros before the
-    first): the runtime's smoothing once a stream has run that long."""
-    padded = np.pad(hops, ((0, 0), (SMOOTHING_HOPS - 1, 0)))
-    return sum(padded[:, k:k + hops.shape[1]] for k in range(SMOOTHING_HOPS)) / SMOOTHING_HOPS
+    """(N, hops) → each row smoothed by the runtime's own rule (app.detection.moving_average, as
+    a stream that starts with the example): the examples are its columns."""
+    return moving_average(hops.T, SMOOTHING_HOPS, np.zeros((0, len(hops)))).T
 
 
 def best_runs(scores: np.ndarray) -> np.ndarray:
