@@ -18,12 +18,10 @@ import onnxruntime as ort
 from app.audio import StreamResampler, check_rate, to_mono_float32
 from app.detection import (FLUSH_S, MIN_HOPS, REFRACTORY_S, SETTINGS, SMOOTHING_HOPS, THRESHOLD,
                            Detection, Detector)
-from corpus.clips import SILENCE, UNKNOWN
+from corpus.labels import NOT_KEYWORDS, OTHER, SILENCE, UNKNOWN   # noqa: F401  (the runtime's labels)
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
 HOP_SECONDS = 0.1                 # the spotter scores every 100 ms of audio
-OTHER = "_other_"                 # an enrolled model's label for everything but its phrase
-NOT_KEYWORDS = (SILENCE, UNKNOWN, OTHER)  # labels that never fire a detection
 REQUIRED_METADATA = ("labels", "sample_rate", "input_multiple", "max_samples", "streaming",
                      "state_size")
 ORT_THREADS = 1                   # measured (benchmarks/bench_runtime.py): a second thread costs

@@ -37,7 +37,7 @@ def export_random(out: Path, config: Path = CONFIG) -> dict:
     from export.onnx import export_onnx
     from model import RotRNNClassifier, RotRNNConfig, count_parameters
     from training.config import load_config
-    from training.tasks import task_labels
+    from corpus.labels import task_labels
     import torch
     cfg = load_config(config)
     torch.manual_seed(0)

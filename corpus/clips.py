@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-SILENCE = "_silence_"                     # the label of clips with no speech
-UNKNOWN = "_unknown_"                     # the label of words the model does not spot
+from corpus.labels import SILENCE, UNKNOWN   # noqa: F401  (the clips' labels; importers read them here too)
+
 BACKGROUND_NOISE = "_background_noise_"   # the folder of long noise files, never clips
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 UNKNOWN_WAV_SIZES = (0, 0xFFFF_FFFF)   # what streaming writers put in a WAV header they cannot rewind

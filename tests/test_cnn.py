@@ -21,7 +21,7 @@ from model import (DSCNN, CNNConfig, LogMel, RotRNNClassifier, RotRNNConfig, bui
                    checkpoint_payload, classifier_from_checkpoint, count_parameters)
 from training.config import ConfigError, load_config
 from training.module import KWSModule
-from training.tasks import KWS12_LABELS
+from corpus.labels import KWS12_LABELS
 
 LABELS = ("yes", "no", "up", "_unknown_", "_silence_")   # real words: tests/data/clips map onto them
 SMALL = dict(labels=LABELS, channels=16, blocks=2, dropout=0.0)   # a DS-CNN that exports in seconds

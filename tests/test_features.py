@@ -16,7 +16,7 @@ from model.logmel import CLIP_FRAMES, N_MELS, PIXEL_OFFSET, PIXEL_SLOPE, LogMelP
 from training.augment import AugmentConfig, augment_pixels, gain_pixels, mix_pixels
 from training.data import DataConfig, KWSDataModule
 from training.features import FeatureDataset, audio_pixels, decode_zip, image_label, image_splits
-from training.tasks import KWS12_LABELS
+from corpus.labels import KWS12_LABELS
 
 TRAIN_ZIP = "speech_commands_v0.02_logmel/speech_commands_v0.02_logmel_train.zip"
 

@@ -24,7 +24,7 @@ from training.augment import AugmentConfig, augment
 from training.config import load_config
 from training.data import DataConfig, KWSDataModule, folder_splits, speech_commands_splits
 from training.module import KWSModule, warmup_cosine
-from training.tasks import KWS12_LABELS, SC35_LABELS, task_labels
+from corpus.labels import KWS12_LABELS, SC35_LABELS, task_labels
 
 CONFIGS = sorted((REPO / "training" / "configs").glob("*.yaml"))
 TINY = REPO / "training" / "configs" / "tiny.yaml"

@@ -24,7 +24,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .data import KWSDataModule
 from .module import KWSModule
 from .streams import hard_weights
-from .tasks import task_labels
+from corpus.labels import task_labels
 
 USAGE = "rotkws train --config FILE [--section.key VALUE ...] [--resume]"
 

@@ -22,7 +22,7 @@ from model.classifiers import ARCHS, DEFAULT_ARCH, config_class
 from .augment import AugmentConfig
 from .data import DataConfig
 from .module import OptimConfig
-from .tasks import task_labels
+from corpus.labels import task_labels
 
 
 class ConfigError(ValueError):

@@ -23,7 +23,7 @@ from model.logmel import FRAME_RATE
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels
 from .paths import default_data_root
 from .streams import StreamDataset, StreamPool
-from .tasks import task_labels
+from corpus.labels import task_labels
 
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
 SC_VERSION = "speech_commands_v0.02"  # torchaudio's url for the full dataset
@@ -46,7 +46,7 @@ class Source:
 
 @dataclass
 class DataConfig:
-    task: str = "kws12"                  # kws12 or sc35 (training/tasks.py): the label list
+    task: str = "kws12"                  # kws12 or sc35 (corpus/labels.py): the label list
     root: str | None = None              # folder the sources are relative to; None: $ROTKWS_DATA
     sources: list = field(default_factory=lambda: [{"path": KEYWORD_FOLDER}])
     noise: str | None = NOISE_FOLDER   # long noise files, relative to root

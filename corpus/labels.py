@@ -1,5 +1,9 @@
-"""The label lists, named once: the class count of every model derives from them."""
-from corpus.clips import SILENCE, UNKNOWN
+"""The labels, named once: the classes that are not keywords, and the label lists every model's
+class count derives from."""
+SILENCE = "_silence_"                     # the label of clips with no speech
+UNKNOWN = "_unknown_"                     # the label of words the model does not spot
+OTHER = "_other_"                         # an enrolled model's label for everything but its phrase
+NOT_KEYWORDS = (SILENCE, UNKNOWN, OTHER)  # labels that never fire a detection
 
 KWS_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 KWS12_LABELS = KWS_WORDS + (UNKNOWN, SILENCE)    # the keyword-spotting protocol (12 classes)
