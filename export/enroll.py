@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 import torch
 
-from app.spotter import OTHER, KeywordModel
+from app.spotter import KeywordModel
+from corpus.labels import OTHER
 from corpus.clips import ClipError
 from evaluation import speech as real_speech
 from evaluation import wakestream

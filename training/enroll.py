@@ -46,7 +46,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from app.detection import SMOOTHING_HOPS, moving_average
-from app.spotter import OTHER
+from corpus.labels import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
 from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, SAMPLE_FOLDER
 from evaluation import speech as real_speech

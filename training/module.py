@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from app.spotter import NOT_KEYWORDS
+from corpus.labels import NOT_KEYWORDS
 from model import build_classifier, classifier_config
 from model.classifiers import Recurrent
 from model.network import CHECKPOINT_KEY
