@@ -46,9 +46,9 @@ from torch import Tensor
 from tqdm import tqdm
 
 from app.detection import SMOOTHING_HOPS, moving_average
-from corpus.labels import OTHER
 from corpus.clips import ClipError, read_audio, speaker_of
 from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, SAMPLE_FOLDER
+from corpus.labels import OTHER
 from evaluation import speech as real_speech
 from evaluation.sweep import THRESHOLDS
 from model.classifiers import load_checkpoint
