@@ -16,8 +16,8 @@ import onnx
 import torch
 
 from app.spotter import KeywordModel
-from corpus.labels import OTHER
 from corpus.clips import ClipError
+from corpus.labels import OTHER
 from evaluation import speech as real_speech
 from evaluation import wakestream
 from evaluation.sweep import THRESHOLDS, score_track, sweep_detections

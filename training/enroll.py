@@ -13,13 +13,12 @@
    recordings nor the bench's or the validation stream's speakers, never the Speech Commands
    test folder. Synthetic clips go through the Opus codec as often as not, as the real speech
    did, so that the codec tells nothing.
-3. Every example is 3 s of log-mel pixels after a 3-s warm-up that is not scored (half the
-   time real speech ending 0.5–3 s before; the network's slowest channels remember ~8 s, and a
-   state warmed by running audio is the state the runtime has): an optional other word or the
-   end of a real sentence before, the item, room reverberation (synthetic speech), background
-   noise at 0–25 dB SNR; a speech example is a window of utterances run together. Frame labels: the phrase from its
-   last 50 ms to 0.5 s after it ends; `_other_` before it and on every negative; the rest is
-   not scored.
+3. Every example is 3 s of log-mel pixels after a 3-s warm-up that is not scored (half the time real
+   speech ending 0.5–3 s before; the network's slowest channels remember ~8 s, and a state warmed by
+   running audio is the state the runtime has): an optional other word or the end of a real sentence
+   before, the item, room reverberation (synthetic speech), background noise at 0–25 dB SNR; a
+   speech example is a window of utterances run together. Frame labels: the phrase from its last 50
+   ms to 0.5 s after it ends; `_other_` before it and on every negative; the rest is not scored.
 4. The default checkpoint's front-end and lower blocks stay frozen (their output is computed
    once); its top block, final norm and a new two-class head train for a few minutes. From the
    second epoch the speech examples are drawn by how close the model being trained comes to

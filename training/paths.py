@@ -1,4 +1,4 @@
-"""Where the data lives by default: the one place that knows about ../shared/data."""
+"""The repository's root, and the data root (named in corpus/folders.py) for training's importers."""
 from pathlib import Path
 
 from corpus.folders import DATA_ENV, default_data_root   # noqa: F401  (named there, used from here)
