@@ -92,9 +92,14 @@ def bench_items(data: Path) -> tuple[list[wakestream.Item], dict]:
 
 
 def bench_stream(data: Path, hours: float = HOURS, seed: int = SEED):
-    """(audio, events, counts): the bench stream (module docstring)."""
-    items, counts = bench_items(data)
+    """(audio, events, counts): the bench stream (module docstring); counts of what it holds
+    (`hours` may leave some of the items read out)."""
+    items, _ = bench_items(data)
     audio, events = wakestream.build(items, speech.noise_bed(data), hours * 3600, np.random.default_rng(seed))
+    said = [e for e in events if e.kind == wakestream.SPEECH]
+    counts = {p: sum(e.kind == wakestream.PHRASE and e.label == p for e in events) for p in speech.BENCH_PHRASES}
+    counts |= {"utterances": len(said), "speakers": len({e.label for e in said}),
+               "speech_hours": sum(e.end_s - e.start_s for e in said) / 3600}
     return audio, events, counts
 
 
