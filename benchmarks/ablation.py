@@ -24,7 +24,6 @@ from training.data import read_clips
 from training.evaluate import load_network, predict, select_clips
 
 CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
-TEST_FOLDER = KEYWORD_FOLDER     # its `testing` speakers: never trained on
 
 
 @dataclass(frozen=True)
@@ -139,9 +138,9 @@ def flops_per_second(net) -> dict:
 def held_out(data: Path, labels) -> tuple[np.ndarray, np.ndarray]:
     """The test speakers' clips as `rotkws eval --checkpoint` reads them: (audio (n, samples), truth (n,))."""
     rate = SAMPLE_RATE
-    clips, audio, _ = read_clips(select_clips(data / TEST_FOLDER, labels, "testing"), rate, rate)
+    clips, audio, _ = read_clips(select_clips(data / KEYWORD_FOLDER, labels, "testing"), rate, rate)
     if not clips:
-        raise ClipError(f"no testing clips in {data / TEST_FOLDER}")
+        raise ClipError(f"no testing clips in {data / KEYWORD_FOLDER}")
     return np.stack(audio), np.array([list(labels).index(c.label) for c in clips])
 
 

@@ -38,8 +38,8 @@ from benchmarks import ablation, bench_runtime, plots, stats
 from evaluation import streams as stream
 from benchmarks.report import machine
 from corpus.clips import ClipError
+from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, WAKEWORD_FOLDER, default_data_root
 from corpus.splits import folder_splits
-from training.paths import default_data_root
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "bench"
@@ -106,9 +106,9 @@ def log(msg: str) -> None:
 
 # -- 1. clip accuracy ------------------------------------------------------------------------------
 def clip_accuracy(path: Path, data: Path) -> dict:
-    result = evaluate_onnx(KeywordModel(path), data / ablation.TEST_FOLDER, "testing")
+    result = evaluate_onnx(KeywordModel(path), data / KEYWORD_FOLDER, "testing")
     labels = result["labels"]
-    speakers = {c.speaker for c in folder_splits(data / ablation.TEST_FOLDER, labels)["testing"]}
+    speakers = {c.speaker for c in folder_splits(data / KEYWORD_FOLDER, labels)["testing"]}
     result["speakers"] = len(speakers)
     return result
 
@@ -175,7 +175,7 @@ def model_path(args, out: Path) -> Path:
 
 
 def check_data(data: Path) -> None:
-    needed = [ablation.TEST_FOLDER, stream.NOISE_FOLDER, stream.WAKEWORD_FOLDER]
+    needed = [KEYWORD_FOLDER, NOISE_FOLDER, WAKEWORD_FOLDER]
     missing = [n for n in needed if not (data / n).is_dir()]
     if missing:
         raise ClipError(f"{data} lacks {', '.join(missing)}: expected the shared data folder "

@@ -31,7 +31,7 @@ from app.evaluate import evaluate
 from benchmarks.report import write_section
 from corpus.clips import list_clips, read_audio
 from corpus.splits import speaker_split
-from training.paths import default_data_root
+from corpus.folders import default_data_root
 
 HOURS = 10.0                  # the keyword stream (as `rotkws bench`)
 OTHER_HOURS = 2.0             # the stream of non-keyword speech only

@@ -32,8 +32,9 @@ import numpy as np
 from benchmarks import engines
 from benchmarks.report import machine, write_section
 from corpus.clips import ClipError
+from corpus.folders import default_data_root
 from evaluation import speech, wakestream
-from training.paths import REPO, default_data_root
+from training.paths import REPO
 
 HOURS = 5.0                   # the bench stream, at least
 SEED = 0

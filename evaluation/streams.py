@@ -17,9 +17,8 @@ import numpy as np
 from evaluation.sweep import FEED_SECONDS, THRESHOLDS, score_track, sweep_detections  # noqa: F401 (benches read them here)
 from app.spotter import KeywordModel
 from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
-from corpus.folders import KEYWORD_FOLDER   # keywords and `_unknown_` words, by speaker
+from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, WAKEWORD_FOLDER
 from corpus.splits import speaker_split
-from evaluation.speech import NOISE_FOLDER, WAKEWORD_FOLDER
 
 GAP_S = (1.0, 4.0)            # silence between clips, uniform
 SNRS_DB = (20.0, 10.0, 5.0)   # speech-to-noise ratios, in turn

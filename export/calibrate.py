@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.hours > 0 or not args.fa_per_hour > 0:
         print("rotkws calibrate: --hours and --fa-per-hour must be > 0", file=sys.stderr)
         return 2
-    from training.paths import default_data_root
+    from corpus.folders import default_data_root
     data = Path(args.data) if args.data else default_data_root()
     try:
         model = KeywordModel(args.model)

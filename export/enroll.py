@@ -17,6 +17,7 @@ import torch
 
 from app.spotter import KeywordModel
 from corpus.clips import ClipError
+from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from evaluation import speech as real_speech
 from evaluation import wakestream
@@ -25,7 +26,6 @@ from training import enroll as recipe
 from training import tts
 from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
                              VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
-from training.paths import default_data_root
 from training.tts import PhraseError
 
 from .onnx import export_onnx, set_metadata

@@ -15,13 +15,12 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomS
 
 from corpus.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit_length, folder_label,
                        read_audio)
-from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER
+from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, default_data_root
 from corpus.splits import SPLITS, folder_splits, speaker_split
 from model import SAMPLE_RATE
 from model.logmel import FRAME_RATE
 
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels
-from .paths import default_data_root
 from .streams import StreamDataset, StreamPool
 from corpus.labels import task_labels
 

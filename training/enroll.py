@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from app.detection import SMOOTHING_HOPS, moving_average
 from corpus.clips import ClipError, read_audio, speaker_of
-from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, SAMPLE_FOLDER
+from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, NOISE_FOLDER, SAMPLE_FOLDER, WAKEWORD_FOLDER
 from corpus.labels import OTHER
 from evaluation import speech as real_speech
 from evaluation.sweep import THRESHOLDS
@@ -63,11 +63,7 @@ from . import tts
 from .tts import SAMPLE_RATE, PhraseError
 
 DEFAULT_CHECKPOINT = REPO / "training" / "checkpoints" / "kws12.ckpt"
-IMAGE_ZIP = IMAGE_TRAIN_ZIP
-TEST_FOLDER = KEYWORD_FOLDER                      # its speakers are never trained on here
-WAKEWORD_FOLDER = real_speech.WAKEWORD_FOLDER
 NEGATIVE_WAKEWORDS = ("alexa",)                   # the even-numbered ones; never "snowboy"
-NOISE_FOLDER = real_speech.NOISE_FOLDER
 NEGATIVE_WORDS = (                                # synthetic negatives beside the phrase's pieces
     "hello hey okay yes no stop go up down left right on off one two three four five six seven "
     "eight nine zero music play pause next weather light lamp window door house phone call time "
@@ -153,7 +149,7 @@ wakeword_training = real_speech.wakeword_training
 
 
 def real_negatives(data: Path, phrase: str, n: int, rng) -> list[np.ndarray]:
-    test_speakers = {speaker_of(p.name) for p in (data / TEST_FOLDER).glob("*/*.wav")}
+    test_speakers = {speaker_of(p.name) for p in (data / KEYWORD_FOLDER).glob("*/*.wav")}
     sample = [p for p in sorted((data / SAMPLE_FOLDER).glob("*/*.wav"))
               if not same_word(p.parent.name, phrase) and speaker_of(p.name) not in test_speakers]
     wake = [p for w in NEGATIVE_WAKEWORDS if not same_word(w, phrase)
@@ -172,7 +168,7 @@ def real_negatives(data: Path, phrase: str, n: int, rng) -> list[np.ndarray]:
 def image_negatives(data: Path, phrase: str, n: int, rng) -> np.ndarray:
     if n <= 0:
         return np.zeros((0, CLIP_FRAMES, N_MELS), np.uint8)
-    pixels, names, _ = decode_zip(data / IMAGE_ZIP)
+    pixels, names, _ = decode_zip(data / IMAGE_TRAIN_ZIP)
     keep = np.flatnonzero([not same_word(name.split("/")[-2], phrase) for name in names])
     return pixels[np.sort(rng.choice(keep, min(n, len(keep)), replace=False))]
 
@@ -226,7 +222,7 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
                "speech_utterances": len(speech), "synthetic_sentences": len(sentences.clips),
                "speech_examples": cfg.speech_negatives if speech else 0,
                "noise_examples": cfg.noise_negatives,
-               "folders": [IMAGE_ZIP, SAMPLE_FOLDER, *(f"{WAKEWORD_FOLDER}/{w} (even-numbered)"
+               "folders": [IMAGE_TRAIN_ZIP, SAMPLE_FOLDER, *(f"{WAKEWORD_FOLDER}/{w} (even-numbered)"
                                                        for w in NEGATIVE_WAKEWORDS), NOISE_FOLDER,
                            f"{real_speech.SPEECH_FOLDER} ({real_speech.SPLIT_SOURCES['training']})"]}
     return Items(pos.clips + recorded, neg.clips + part.clips, real, speech + sentences.clips, images,
@@ -275,15 +271,17 @@ def paste(canvas: np.ndarray, pixels: np.ndarray, at: int) -> None:
         canvas[lo:hi] = pixels[lo - at:hi - at]
 
 
-def targets(frames: int, at: int, end: int | None) -> np.ndarray:
+def targets(frames: int, at: int, end: int | None, warm: int = 0) -> np.ndarray:
     """(frames,) class per frame: OTHER_CLASS, or for a positive placed at `at` and ending at
-    frame at + end: IGNORE while it is said, PHRASE_CLASS from just before its end, IGNORE later."""
+    frame at + end: IGNORE while it is said, PHRASE_CLASS from just before its end, IGNORE later;
+    IGNORE over the first `warm` frames whatever they hold (the warm-up)."""
     y = np.full(frames, OTHER_CLASS, np.int64)
     if end is not None:
         e = at + end
         on, off = e - round(POSITIVE_BEFORE_END_S * FRAME_RATE), e + round(POSITIVE_AFTER_END_S * FRAME_RATE)
         y[max(0, at):] = IGNORE
         y[max(0, on):max(0, off)] = PHRASE_CLASS
+    y[:warm] = IGNORE
     return y
 
 
@@ -321,9 +319,7 @@ def example(item: np.ndarray, end: int | None, context: np.ndarray | None, frame
     paste(canvas, item, at)
     if rng.random() >= CLEAN_SHARE:
         canvas = add_noise(canvas, item, noise, rng, snr_db)
-    y = targets(warm + frames, at, end)
-    y[:warm] = IGNORE
-    return canvas, y
+    return canvas, targets(warm + frames, at, end, warm)
 
 
 def last_loud_frame(pixels: np.ndarray) -> int:
@@ -388,9 +384,7 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
         window = speech_window(speech, warm + frames, rng)
         if rng.random() >= CLEAN_SHARE:
             window = add_noise(window, window, render.noise, rng)
-        y = targets(warm + frames, 0, None)
-        y[:warm] = IGNORE
-        out.append((window, y))
+        out.append((window, targets(warm + frames, 0, None, warm)))
     return np.stack([o[0] for o in out]).astype(np.float16), np.stack([o[1] for o in out])
 
 
