@@ -80,6 +80,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
     p.add_argument("--negative-weight", type=float, default=d.negative_weight,
                    help="weight of the frames that are not the phrase in the loss (default: %(default)s)")
+    p.add_argument("--peak-weight", type=float, default=d.peak_weight,
+                   help="weight of the loss on the frame of each example that comes closest to "
+                        "firing where it should not (default: %(default)s; 0: none)")
     p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
                    help="real recordings of the phrase, trained on beside the synthetic ones "
                         "(augmented as they are); default: none, text alone")
@@ -108,7 +111,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
-                       negative_weight=args.negative_weight, recordings=tuple(args.recordings))
+                       negative_weight=args.negative_weight,
+                       peak_weight=args.peak_weight, recordings=tuple(args.recordings))
     torch.set_num_threads(cfg.threads)
     try:
         phrase = tts.check_phrase(args.phrase)

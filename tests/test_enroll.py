@@ -115,6 +115,24 @@ def test_a_warm_up_before_the_example_is_not_scored_and_the_phrase_follows_it():
         assert 300 <= first <= 430 and x[:150].min() > x[150:200].max()   # the speech, then a pause
 
 
+def test_the_peak_term_is_the_cross_entropy_where_each_example_comes_closest_to_firing():
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    logits = torch.randn(3, 40, 2, requires_grad=True)
+    y = torch.full((3, 40), enroll.OTHER_CLASS)
+    y[0, 20:30] = enroll.PHRASE_CLASS                      # a positive: its frames before the phrase count
+    y[0, 30:] = enroll.IGNORE
+    y[2, :] = enroll.IGNORE                                 # nothing scored: no peak
+    base = enroll.loss_fn(logits, y, 3.0)
+    margin = logits[..., enroll.PHRASE_CLASS] - logits[..., enroll.OTHER_CLASS]
+    peaks = [F.softplus(margin[0, :20].max()), F.softplus(margin[1].max())]
+    torch.testing.assert_close(enroll.loss_fn(logits, y, 3.0, 2.0), base + 2.0 * sum(peaks) / 2)
+    (enroll.loss_fn(logits, y, 3.0, 2.0) - base).backward()
+    touched = (logits.grad.abs().sum(-1) > 0).sum(1)
+    assert touched.tolist() == [1, 1, 0]                    # the peak term moves one frame an example
+
+
 @pytest.mark.parametrize("trained", [1, 2, 4])
 def test_the_frozen_blocks_then_the_trained_ones_are_the_network(trained):
     import torch

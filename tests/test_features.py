@@ -173,3 +173,38 @@ def test_image_sources_need_the_logmel_front_end(tiny_zip):
                                   noise=None))
     with pytest.raises(ValueError, match="need a network with the logmel front-end"):
         dm.setup()
+
+
+def test_continuous_speech_becomes_one_second_unknown_clips_without_the_labels_words(tmp_path, shared_data):
+    """A speech source: the training speakers' utterances cut into 1-s `_unknown_` clips, an
+    utterance whose transcript says a label's word left out, split by speaker."""
+    import shutil
+    from evaluation import speech
+    real = speech.utterances(require(shared_data), "training")[:3]     # real recordings, real lengths
+    folder = tmp_path / speech.SPEECH_FOLDER / speech.SPEECHOCEAN
+    (folder / "train").mkdir(parents=True)
+    texts = {"u1": "THE WEATHER IS FINE", "u2": "PLEASE GO HOME", "u3": "I LIKE TEA"}   # u2 says "go"
+    for (utt, text), u, spk in zip(texts.items(), real, ("0001", "0002", "0003")):
+        (folder / f"SPEAKER{spk}").mkdir()
+        shutil.copy(u.path, folder / f"SPEAKER{spk}" / f"{utt}.ogg")
+    (folder / "train" / "text").write_text("".join(f"{k} {v}\n" for k, v in texts.items()))
+    (folder / "train" / "utt2spk").write_text("u1 0001\nu2 0002\nu3 0003\n")
+    from training.features import speech_splits
+    splits = speech_splits(tmp_path / speech.SPEECH_FOLDER, KWS12_LABELS)
+    every = [c for v in splits.values() for c in zip(v.labels, v.speakers)]
+    frames = {s: len(speech.read(u.path)) / 160 for s, u in zip(("0001", "0003"), (real[0], real[2]))}
+    expected = sum(int(f // CLIP_FRAMES + (f % CLIP_FRAMES >= CLIP_FRAMES / 2)) for f in frames.values())
+    assert abs(len(every) - expected) <= 2 and {l for l, _ in every} == {UNKNOWN}
+    assert {s for _, s in every} == {"speechocean762_0001", "speechocean762_0003"}   # not u2's speaker
+    for split, clips in splits.items():
+        assert all(speaker_split(s) == split for s in clips.speakers)
+        assert clips.pixels.shape[1:] == (CLIP_FRAMES, N_MELS) and clips.pixels.dtype == np.uint8
+
+
+def test_the_speech_source_never_holds_a_bench_or_validation_speaker(shared_data):
+    from evaluation import speech
+    from training.features import speech_splits
+    splits = speech_splits(require(shared_data / speech.SPEECH_FOLDER), KWS12_LABELS)
+    heard = {s for c in splits.values() for s in c.speakers}
+    others = {u.speaker.replace("/", "_") for split in ("validation", "bench") for u in speech.utterances(shared_data, split)}
+    assert len(heard) > 100 and not heard & others

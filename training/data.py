@@ -20,13 +20,13 @@ from corpus.splits import SPLITS, folder_splits, speaker_split
 from model import SAMPLE_RATE
 from model.logmel import FRAME_RATE
 
-from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels
+from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels, speech_splits
 from .streams import StreamDataset, StreamPool
 from corpus.labels import task_labels
 
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
 SC_VERSION = "speech_commands_v0.02"  # torchaudio's url for the full dataset
-SOURCE_KINDS = ("folder", "speech_commands", "images")
+SOURCE_KINDS = ("folder", "speech_commands", "images", "speech")
 
 
 @dataclass
@@ -35,7 +35,9 @@ class Source:
     kind: str = "folder"      # "folder": Speech Commands layout on disk; "speech_commands": the
                               # full v0.02 through torchaudio (path holds SpeechCommands/);
                               # "images": a zip of log-mel images (training/features.py), for
-                              # networks with the logmel front-end only
+                              # networks with the logmel front-end only; "speech": continuous
+                              # speech (english_speech_dev) cut into 1 s `_unknown_` clips, the
+                              # same (training/features.py: speech_splits)
     download: bool = False    # speech_commands only: fetch the 2.3 GB archive in prepare_data
 
     def __post_init__(self):
@@ -263,8 +265,8 @@ class KWSDataModule(L.LightningDataModule):
                       if self.cfg.noise else None)
         if self.features:
             return self._setup_features()
-        if any(s.kind == "images" for s in self.cfg.source_list()):
-            raise ClipError("log-mel image sources need a network with the logmel front-end "
+        if any(s.kind in ("images", "speech") for s in self.cfg.source_list()):
+            raise ClipError("log-mel image and speech sources need a network with the logmel front-end "
                             "(model.frontend: logmel)")
         if self.cfg.stream_seconds > 0:
             raise ClipError("stream training (data.stream_seconds > 0) needs a network with the "
@@ -289,6 +291,8 @@ class KWSDataModule(L.LightningDataModule):
             if src.kind == "images":
                 found, corrupt = image_splits(self.cfg.resolve(src.path), self.labels)
                 self.corrupt_images += corrupt
+            elif src.kind == "speech":
+                found = speech_splits(self.cfg.resolve(src.path), self.labels)
             else:
                 found = {}
                 for split, clips in self._source_splits(src).items():

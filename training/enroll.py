@@ -22,7 +22,9 @@
 4. The default checkpoint's front-end and lower blocks stay frozen (their output is computed
    once); its top block, final norm and a new two-class head train for a few minutes. From the
    second epoch the speech examples are drawn by how close the model being trained comes to
-   firing on them (hard negatives mined from the speech).
+   firing on them (hard negatives mined from the speech). The loss is the frames' cross-entropy
+   plus, per example, the cross-entropy at the `_other_` frame where the phrase scores highest
+   (a max-pooling term: a false accept is one peak).
 5. The network (labels: the phrase, `_other_`) exports (export/enroll.py, the command) as the
    same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the validation
    speakers' speech (VCC2016) in the wake-word bench's mix (evaluation/wakestream.py: 1–3 s
@@ -118,6 +120,7 @@ class EnrollConfig:
     batch_size: int = 64
     blocks: int = 1              # top blocks trained (the others stay frozen)
     negative_weight: float = 3.0 # the others' frames in the loss, against the phrase's 1
+    peak_weight: float = 1.0     # the loss's term on each example's highest-scoring other frame (loss_fn)
     lr: float = 2e-3             # top blocks, norm and head
     recurrent_lr: float = 1e-3   # the top block's RotRNN weights (B, C, D, γ, θ)
     max_steps: int = 0           # > 0: stop after this many steps (tests)
@@ -420,13 +423,22 @@ def features(net: RotRNNClassifier, x: np.ndarray, batch: int, trained: int = 1)
     return torch.cat(out)
 
 
-def loss_fn(logits: Tensor, y: Tensor, negative_weight: float = 1.0) -> Tensor:
+def loss_fn(logits: Tensor, y: Tensor, negative_weight: float = 1.0, peak_weight: float = 0.0) -> Tensor:
     """Cross-entropy with the phrase's frames and the others' frames weighted 1 : negative_weight
-    (each the mean over its frames)."""
+    (each the mean over its frames), plus peak_weight × the cross-entropy at each example's
+    `_other_` frame where the phrase scores highest (a max-pooling loss: a false accept is one
+    peak, which a mean over frames hardly sees), averaged over the examples that have one."""
+    other = y == OTHER_CLASS
+    peak = None
+    if peak_weight and other.any():
+        margin = (logits[..., PHRASE_CLASS] - logits[..., OTHER_CLASS]).masked_fill(~other, float("-inf"))
+        top = margin.amax(1)[other.any(1)]
+        peak = F.softplus(top).mean()                     # −log p(OTHER) at that frame
     ce = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), ignore_index=IGNORE, reduction="none")
     y = y.reshape(-1)
     parts = [(w, ce[y == c].mean()) for c, w in ((PHRASE_CLASS, 1.0), (OTHER_CLASS, negative_weight)) if (y == c).any()]
-    return sum(w * v for w, v in parts) / sum(w for w, _ in parts)
+    mean = sum(w * v for w, v in parts) / sum(w for w, _ in parts)
+    return mean if peak is None else mean + peak_weight * peak
 
 
 def draws(net: RotRNNClassifier, h: Tensor, hard: np.ndarray, epoch: int, g: torch.Generator,
@@ -462,7 +474,8 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
             order = draws(net, h, hard, epoch, g, cfg.blocks)
             epoch += 1
             for idx in order.split(cfg.batch_size):
-                loss = loss_fn(frame_logits(net, h[idx].float(), cfg.blocks), y[idx], cfg.negative_weight)
+                loss = loss_fn(frame_logits(net, h[idx].float(), cfg.blocks), y[idx], cfg.negative_weight,
+                               cfg.peak_weight)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
