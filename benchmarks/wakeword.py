@@ -146,7 +146,8 @@ def describe(counts: dict, hours: float, seed: int) -> str:
             f"({speech.SPLIT_SOURCES['bench']}; never trained on, never used for a threshold), "
             f"1–3 s pauses, background noise everywhere at {wakestream.SNR_DB:g} dB SNR by peak frame "
             f"energy. Missed at 1 FA/h and 1 FA/10 h: the best threshold of each engine's sweep on this "
-            f"stream; its default: for rotkws the threshold `enroll` stored (chosen on VCC2016 speech), "
+            f"stream; its default: for rotkws the threshold `enroll` stored (chosen on the "
+            f"validation speakers' speech: {speech.SPLIT_SOURCES['validation']}), "
             f"for the peers their libraries' own. CPU: process time over the whole stream, one thread "
             f"each, one run on a shared machine: compare as ratios.")
 

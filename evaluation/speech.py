@@ -1,13 +1,17 @@
 """Real continuous English speech (`english_speech_dev/`), by split: who trains, who sets a
 threshold, who is only ever heard by the benchmark.
 
-    training    speechocean762's own `train` speakers (transcribed): negatives for `enroll`
-    validation  VCC2016 (10 speakers, none of speechocean762's): the stream a threshold is chosen on
+    training    speechocean762's own `train` speakers (transcribed) that corpus/splits.py's salted
+                speaker hash puts in its training split (100): negatives for `enroll`
+    validation  VCC2016 (10 speakers, none of speechocean762's) and the other 25 speechocean762
+                `train` speakers: the stream a threshold is chosen on
     bench       speechocean762's `test` speakers and LJ Speech: the wake-word bench's background
 
-speechocean762 utterances without a transcript are left out (they cannot be screened for the
-phrase). VCC2016 and LJ Speech have no transcripts here: their read news and non-fiction are taken
-as phrase-free (a phrase in validation speech could only raise the threshold).
+The hash is the one the backbone's speech source splits by (training/features.py: speech_splits),
+so no speaker the backbone trained on is heard by a threshold. speechocean762 utterances without a
+transcript are left out (they cannot be screened for the phrase). VCC2016 and LJ Speech have no
+transcripts here: their read news and non-fiction are taken as phrase-free (a phrase in
+validation speech could only raise the threshold).
 """
 import re
 from dataclasses import dataclass
@@ -18,6 +22,7 @@ import soxr
 
 from corpus.clips import AUDIO_SUFFIXES, ClipError, read_audio
 from corpus.folders import NOISE_FOLDER, SPEECH_FOLDER, WAKEWORD_FOLDER
+from corpus.splits import speaker_split
 
 SPEECH_SPLITS = ("training", "validation", "bench")
 SPEECHOCEAN = "speechocean762"      # SPEAKERnnnn/<utt>.ogg; train/ and test/ hold Kaldi `text`, `utt2spk`
@@ -43,12 +48,25 @@ def holds_phrase(text: str | None, phrase: str) -> bool:
     return text is not None and bool(set(words(phrase)) & set(words(text)))
 
 
+def clip_speaker(u: Utterance) -> str:
+    """The utterance's speaker as a clip's speaker name ("speechocean762_0001"): what
+    corpus/splits.py hashes."""
+    return u.speaker.replace("/", "_")
+
+
+def trains(u: Utterance) -> bool:
+    """Whether a speechocean762 `train` speaker is in the training split (else validation)."""
+    return speaker_split(clip_speaker(u)) == "training"
+
+
 def _kaldi(folder: Path, name: str) -> dict[str, str]:
     lines = (folder / name).read_text(encoding="utf-8").splitlines()
     return dict(line.split(maxsplit=1) for line in lines if line.strip())
 
 
-def _speechocean(root: Path, part: str) -> list[Utterance]:
+def speechocean(root: Path, part: str) -> list[Utterance]:
+    """speechocean762's `part` ("train", "test") under the speech folder `root`: every
+    transcribed utterance found, sorted."""
     folder = root / SPEECHOCEAN / part
     text, spk = _kaldi(folder, "text"), _kaldi(folder, "utt2spk")
     out = []
@@ -68,11 +86,12 @@ def utterances(data: Path, split: str, phrase: str | None = None) -> list[Uttera
     if not root.is_dir():
         raise ClipError(f"no continuous speech at {root}")
     if split == "training":
-        found = _speechocean(root, "train")
+        found = [u for u in speechocean(root, "train") if trains(u)]
     elif split == "validation":
         found = [Utterance(p, f"{VCC}/{p.parent.name}", None) for p in sorted((root / VCC).glob("*/*.ogg"))]
+        found += [u for u in speechocean(root, "train") if not trains(u)]
     else:
-        found = _speechocean(root, "test")
+        found = speechocean(root, "test")
         found += [Utterance(p, f"{LJSPEECH}/LJ", None) for p in sorted((root / LJSPEECH).glob("*.ogg"))]
     if phrase is not None:
         found = [u for u in found if not holds_phrase(u.text, phrase)]
@@ -81,7 +100,8 @@ def utterances(data: Path, split: str, phrase: str | None = None) -> list[Uttera
     return found
 
 
-SPLIT_SOURCES = {"training": "speechocean762 train speakers", "validation": "VCC2016",
+SPLIT_SOURCES = {"training": "100 speechocean762 train speakers",
+                 "validation": "VCC2016 and 25 other speechocean762 train speakers",
                  "bench": "speechocean762 test speakers, LJ Speech"}
 BENCH_PHRASES = ("alexa", "snowboy")            # the phrases with real recordings
 

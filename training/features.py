@@ -127,24 +127,25 @@ def image_splits(path: Path, labels) -> tuple[dict[str, FeatureClips], int]:
 
 
 def speech_splits(folder: Path, labels) -> dict[str, FeatureClips]:
-    """Continuous read speech as `_unknown_` clips: the training speakers' utterances
-    (evaluation/speech.py; never the bench's or the validation's) whose transcripts hold none of
-    the labels' words, cut into consecutive 1-s clips (a last piece under half a clip dropped),
-    split by speaker (corpus/splits.py's salted hash)."""
+    """Continuous read speech as `_unknown_` clips: speechocean762's `train` speakers' utterances
+    (never the bench's) whose transcripts hold none of the labels' words, cut into consecutive 1-s
+    clips (a last piece under half a clip dropped), split by speaker (corpus/splits.py's salted
+    hash): those of evaluation/speech.py's training split train, the others, which enroll's
+    threshold hears (its validation split), only validate and test."""
     from evaluation import speech                       # reads the corpora's own transcripts
     if UNKNOWN not in labels:
         raise ClipError(f"a speech source needs an {UNKNOWN!r} label, the task has {list(labels)}")
     if Path(folder).name != speech.SPEECH_FOLDER:
         raise ClipError(f"a speech source is the {speech.SPEECH_FOLDER} folder, got {folder}")
     words = " ".join(l for l in labels if not l.startswith("_"))
-    found = [u for u in speech.utterances(Path(folder).parent, "training") if not speech.holds_phrase(u.text, words)]
+    found = [u for u in speech.speechocean(Path(folder), "train") if not speech.holds_phrase(u.text, words)]
     pixels, speakers = [], []
     for u in found:
         frames = recording_pixels(speech.read(u.path))
         n = (len(frames) + CLIP_FRAMES // 2) // CLIP_FRAMES
         frames = np.pad(frames, ((0, max(0, n * CLIP_FRAMES - len(frames))), (0, 0)))[:n * CLIP_FRAMES]
         pixels.append(frames.reshape(n, CLIP_FRAMES, N_MELS))
-        speakers += [u.speaker.replace("/", "_")] * n
+        speakers += [speech.clip_speaker(u)] * n
     every = FeatureClips(np.concatenate(pixels or [FeatureClips.empty().pixels]), [UNKNOWN] * len(speakers), speakers)
     split = np.array([speaker_split(s) for s in every.speakers])
     return {s: every.select(split == s) for s in SPLITS}
