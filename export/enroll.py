@@ -2,9 +2,8 @@
 training/enroll.py). This command trains it, exports it as the streaming ONNX file `rotkws
 export` writes, and chooses its threshold on a stream of real speech through the runtime:
 the validation speakers (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither
-training nor the bench) in
-the wake-word bench's mix (evaluation/wakestream.py), the stored threshold the lowest that keeps
-them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
+training nor the bench) in the wake-word bench's mix (evaluation/wakestream.py), the stored
+threshold the lowest that keeps them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
 """
 import argparse
 import json

@@ -6,8 +6,8 @@
    with the same engines saying other words and pieces of the phrase ("snow", "boy").
 2. Real negatives: continuous read speech (the training speakers of evaluation/speech.py:
    speechocean762's `train` list as the backbone's speaker hash splits it, every utterance whose
-   transcript holds the phrase or one of its words left out), Speech Commands words (the log-mel image corpus, and the v0.01 sample
-   WAVs of speakers not in the test folder), the even-numbered `alexa` recordings of the
+   transcript holds the phrase or one of its words left out), Speech Commands words (the log-mel
+   image corpus, and the v0.01 sample WAVs of speakers not in the test folder), the even-numbered `alexa` recordings of the
    wake-word folder, and background noise; synthetic sentences (the engines reading those
    transcripts) beside them. Never a recording of the phrase, never the odd-numbered wake-word
    recordings nor the bench's or the validation stream's speakers, never the Speech Commands
@@ -26,9 +26,10 @@
    plus, per example, the cross-entropy at the `_other_` frame where the phrase scores highest
    (a max-pooling term: a false accept is one peak).
 5. The network (labels: the phrase, `_other_`) exports (export/enroll.py, the command) as the
-   same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the validation
-   speakers' speech (VCC2016, the other speechocean762 `train` speakers) in the wake-word bench's mix (evaluation/wakestream.py: 1–3 s
-   pauses, noise at 10 dB by peak frame energy) run through the runtime; the stored threshold
+   same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the
+   validation speakers' speech (VCC2016, the other speechocean762 `train` speakers) in the
+   wake-word bench's mix (evaluation/wakestream.py: 1–3 s pauses, noise at 10 dB by peak frame
+   energy) run through the runtime; the stored threshold
    is the lowest that keeps it to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
 """
 import io
