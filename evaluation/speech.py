@@ -66,8 +66,12 @@ def _kaldi(folder: Path, name: str) -> dict[str, str]:
 
 def speechocean(root: Path, part: str) -> list[Utterance]:
     """speechocean762's `part` ("train", "test") under the speech folder `root`: every
-    transcribed utterance found, sorted."""
+    transcribed utterance found, sorted. ClipError when its Kaldi lists are missing."""
     folder = root / SPEECHOCEAN / part
+    missing = [name for name in ("text", "utt2spk") if not (folder / name).is_file()]
+    if missing:
+        raise ClipError(f"no speechocean762 {part!r} transcripts at {folder}: expected the Kaldi "
+                        f"files {', '.join(missing)}")
     text, spk = _kaldi(folder, "text"), _kaldi(folder, "utt2spk")
     out = []
     for utt in sorted(text):

@@ -4,6 +4,7 @@ training, validation and bench; and benchmarks/wakeword.py's scoring of detectio
 import numpy as np
 import pytest
 
+from corpus.clips import ClipError
 from corpus.splits import speaker_split
 from conftest import data_root, require
 from evaluation import speech, wakestream
@@ -104,6 +105,14 @@ def test_detections_are_hits_or_false_accepts_where_they_fell():
 ])
 def test_a_transcript_holds_the_phrase_when_it_says_one_of_its_words(text, phrase, holds):
     assert speech.holds_phrase(text, phrase) is holds
+
+
+@pytest.mark.parametrize("split", ["training", "validation"])
+def test_a_speech_folder_without_speechoceans_transcripts_is_a_clear_error(tmp_path, split):
+    (tmp_path / speech.SPEECH_FOLDER / speech.SPEECHOCEAN / "train").mkdir(parents=True)
+    (tmp_path / speech.SPEECH_FOLDER / speech.SPEECHOCEAN / "train" / "text").write_text("u1 HELLO\n")
+    with pytest.raises(ClipError, match="no speechocean762 'train' transcripts .* utt2spk"):
+        speech.utterances(tmp_path, split)
 
 
 # -- on the real corpus ---------------------------------------------------------------------------

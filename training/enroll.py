@@ -7,8 +7,8 @@
 2. Real negatives: continuous read speech (the training speakers of evaluation/speech.py:
    speechocean762's `train` list as the backbone's speaker hash splits it, every utterance whose
    transcript holds the phrase or one of its words left out), Speech Commands words (the log-mel
-   image corpus, and the v0.01 sample WAVs of speakers not in the test folder), the even-numbered `alexa` recordings of the
-   wake-word folder, and background noise; synthetic sentences (the engines reading those
+   image corpus, and the v0.01 sample WAVs of speakers not in the test folder), the
+   even-numbered `alexa` recordings of the wake-word folder, and background noise; synthetic sentences (the engines reading those
    transcripts) beside them. Never a recording of the phrase, never the odd-numbered wake-word
    recordings nor the bench's or the validation stream's speakers, never the Speech Commands
    test folder. Synthetic clips go through the Opus codec as often as not, as the real speech
@@ -29,8 +29,8 @@
    same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the
    validation speakers' speech (VCC2016, the other speechocean762 `train` speakers) in the
    wake-word bench's mix (evaluation/wakestream.py: 1–3 s pauses, noise at 10 dB by peak frame
-   energy) run through the runtime; the stored threshold
-   is the lowest that keeps it to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
+   energy) run through the runtime; the stored threshold is the lowest that keeps it to
+   ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
 """
 import io
 import math
