@@ -46,54 +46,78 @@ ARMS = {
                  epoch_cost=2.0),   # measured: 1.7 s per batch of 128 against RotRNN's 0.55 (2 threads,
                                     # shared); the log-mel front-end is precomputed for both
 }
-REFERENCE = "rotrnn"
-QUICK_SOURCES = "[{path: speech_commands_v0.01_sample}]"   # 300 clips: reads in a second                               # what the others are tested against
+REFERENCE = "rotrnn"                                       # what the others are tested against
+QUICK_SOURCES = "[{path: speech_commands_v0.01_sample}]"   # 300 clips: reads in a second
 
 
 @dataclass(frozen=True)
 class Budget:
     epochs: int
     quick: bool = False
+    patience: int = 0            # stop a run after this many epochs without a better val/acc (0: never)
+    train_share: float = 1.0     # of each epoch's training batches (the learning-rate sweep's short runs)
 
     def overrides(self) -> dict:
+        out = {"trainer.max_epochs": self.epochs}
+        if self.patience:
+            out["trainer.patience"] = self.patience
         if self.quick:   # a few optimiser steps on the small folder: the machinery, not the figures
-            return {"trainer.max_epochs": 1, "trainer.limit_train_batches": 3,
-                    "trainer.limit_val_batches": 1, "data.sources": QUICK_SOURCES}
-        return {"trainer.max_epochs": self.epochs}
+            return out | {"trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1,
+                          "data.sources": QUICK_SOURCES}
+        return out | ({"trainer.limit_train_batches": self.train_share} if self.train_share < 1 else {})
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / "runs" / arm / f"seed{seed}"
 
 
-def train_command(arm: str, seed: int, budget: Budget, data: Path, out: Path) -> list[str]:
+def last_checkpoint(out: Path, arm: str, seed: int) -> Path:
+    return run_dir(out, arm, seed) / "checkpoints" / "last.ckpt"
+
+
+def train_command(arm: str, seed: int, budget: Budget, data: Path, out: Path,
+                  extra: dict | None = None, resume: bool = False) -> list[str]:
+    """`python -m training.cli` for one run; `extra` overrides go last (a learning rate, a deadline)."""
     a = ARMS[arm]
     overrides = {**a.overrides, **(a.quick if budget.quick else {}), **budget.overrides(),
                  "trainer.seed": seed, "trainer.threads": 1, "trainer.progress_bar": "false",
                  "trainer.checkpoint_every_n_steps": 0, "trainer.accelerator": "cpu",
                  "trainer.devices": 1, "trainer.run_dir": str(run_dir(out, arm, seed)),
-                 "data.root": str(data)}
+                 "data.root": str(data), **(extra or {})}
     flags = [s for k, v in overrides.items() for s in (f"--{k}", str(v))]
-    return [sys.executable, "-m", "training.cli", "--config", str(CONFIGS / a.config), *flags]
+    return [sys.executable, "-m", "training.cli", "--config", str(CONFIGS / a.config), *flags,
+            *(["--resume"] if resume else [])]
 
 
 def train_all(jobs: list[tuple[str, int]], budget: Budget, data: Path, out: Path,
-              parallel: int, log=print) -> dict:
+              parallel: int, log=print, *, settings: dict | None = None, resume: bool = False,
+              deadline: float | None = None, longest_first: bool = True) -> dict:
     """Run every (arm, seed) as its own process, `parallel` at a time, one torch thread each.
-    {(arm, seed): wall seconds}; a failed run raises with its log's tail."""
+    {(arm, seed): wall seconds}; a failed run raises with its log's tail.
+
+    settings: {arm: overrides} on top of the arm's and the budget's (its learning rate);
+    resume: a run with a last.ckpt continues from it (its log appended to);
+    deadline: a Unix time: no run starts after it, and each stops at the first epoch end from
+    which another epoch would pass it (`trainer.stop_at`), so a run overruns it by one epoch at most;
+    longest_first: the costliest arms start first (shortest wall time), else the jobs' order."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    waiting = sorted(jobs, key=lambda job: -ARMS[job[0]].epoch_cost)   # stable: seeds stay in order
+    waiting = sorted(jobs, key=lambda job: -ARMS[job[0]].epoch_cost) if longest_first else list(jobs)
+    extra = {"trainer.stop_at": deadline} if deadline is not None else {}
     running, seconds = {}, {}
     while waiting or running:
+        if deadline is not None and time.time() >= deadline:
+            waiting.clear()
         while waiting and len(running) < parallel:
             arm, seed = waiting.pop(0)
             directory = run_dir(out, arm, seed)
             directory.mkdir(parents=True, exist_ok=True)
-            logfile = open(directory / "train.log", "w")
-            proc = subprocess.Popen(train_command(arm, seed, budget, data, out), stdout=logfile,
-                                    stderr=subprocess.STDOUT, env=env)
+            again = resume and last_checkpoint(out, arm, seed).is_file()
+            logfile = open(directory / "train.log", "a" if again else "w")
+            own = {**(settings or {}).get(arm, {}), **extra}
+            proc = subprocess.Popen(train_command(arm, seed, budget, data, out, own, again),
+                                    stdout=logfile, stderr=subprocess.STDOUT, env=env)
             running[(arm, seed)] = (proc, time.monotonic(), logfile)
-            log(f"  training {arm} seed {seed}")
+            log(f"  {'resuming' if again else 'training'} {arm} seed {seed}")
         time.sleep(0.5)
         for key, (proc, started, logfile) in list(running.items()):
             if proc.poll() is None:
@@ -144,10 +168,10 @@ def held_out(data: Path, labels) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(audio), np.array([list(labels).index(c.label) for c in clips])
 
 
-def score_run(arm: str, seed: int, out: Path, clips: dict) -> dict:
-    """Test-split accuracy of the run's last weights (the clips read once: {labels: held_out}),
-    its validation accuracy, size and FLOPs."""
-    ckpt = run_dir(out, arm, seed) / "checkpoints" / "last.ckpt"
+def score_run(arm: str, seed: int, out: Path, clips: dict, weights: str = "last") -> dict:
+    """Test-split accuracy of the run's `weights` ("last", or "best": the best val/acc's; the
+    clips read once: {labels: held_out}), its validation accuracy, size and FLOPs."""
+    ckpt = run_dir(out, arm, seed) / "checkpoints" / f"{weights}.ckpt"
     if not ckpt.is_file():
         raise ClipError(f"{arm} seed {seed}: no checkpoint at {ckpt}")
     net = load_network(ckpt)

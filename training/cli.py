@@ -4,17 +4,22 @@ Writes into the run directory (trainer.run_dir, default runs/<config name>):
   checkpoints/last.ckpt   every epoch (and every trainer.checkpoint_every_n_steps steps)
   checkpoints/best.ckpt   the best validation accuracy so far
   logs/                   metrics.csv (and TensorBoard events when tensorboard is installed)
+
+A run ends at trainer.max_epochs, or earlier at trainer.patience epochs without a better val/acc,
+or at an epoch end when trainer.stop_at (a Unix time) leaves no room for another epoch: then
+`--resume` continues it from that epoch's last.ckpt.
 """
 import argparse
 import importlib.util
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from corpus.clips import ClipError
@@ -87,6 +92,37 @@ def checkpoints(directory: Path, cfg: TrainConfig, has_val: bool) -> list[ModelC
     return out
 
 
+class StopAt(L.Callback):
+    """Stops at the first epoch end from which one more epoch, as long as the longest this process
+    has run (validation included), would end after `deadline` (Unix time). Keeps no state: a
+    resumed run gets its own deadline. Not Lightning's `max_time`: that stops mid-epoch and counts
+    the resumed checkpoint's time against the new process."""
+
+    def __init__(self, deadline: float):
+        self.deadline, self.longest, self._started = deadline, 0.0, None
+
+    def on_train_epoch_start(self, trainer, module):
+        self._started = time.time()
+
+    def on_train_epoch_end(self, trainer, module):     # after validation, before the checkpoints
+        now = time.time()
+        self.longest = max(self.longest, now - self._started)
+        if now + self.longest > self.deadline:
+            trainer.should_stop = True
+
+
+def stopping(cfg: TrainConfig, has_val: bool) -> list[L.Callback]:
+    """Early stopping on val/acc (trainer.patience) and the deadline (trainer.stop_at)."""
+    t, out = cfg.trainer, []
+    if t.patience > 0:
+        if not has_val:
+            raise ConfigError("trainer.patience needs a validation split: this run's data has none")
+        out.append(EarlyStopping(monitor="val/acc", mode="max", patience=t.patience))
+    if t.stop_at is not None:
+        out.append(StopAt(float(t.stop_at)))
+    return out
+
+
 def datamodule(cfg: TrainConfig) -> KWSDataModule:
     """The run's data, read and split (downloaded first where the config asks)."""
     net_cfg = config_class(cfg.model.get("arch", DEFAULT_ARCH))(**{k: v for k, v in cfg.model.items()
@@ -101,7 +137,7 @@ def datamodule(cfg: TrainConfig) -> KWSDataModule:
 
 def trainer_for(cfg: TrainConfig, has_val: bool, callbacks: list) -> L.Trainer:
     t, directory = cfg.trainer, run_dir(cfg)
-    callbacks = checkpoints(directory / "checkpoints", cfg, has_val) + list(callbacks)
+    callbacks = checkpoints(directory / "checkpoints", cfg, has_val) + stopping(cfg, has_val) + list(callbacks)
     if t.progress_bar:
         callbacks.append(TQDMProgressBar(refresh_rate=1))
     return L.Trainer(max_epochs=t.max_epochs, max_steps=t.max_steps, accelerator=t.accelerator,

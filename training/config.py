@@ -48,6 +48,11 @@ class TrainerConfig:
                                          # network must be the config's); --resume wins over it
     threads: int = 0                     # torch CPU threads in each process (0: torch's default)
     progress_bar: bool = True
+    patience: int = 0                    # stop when val/acc has not improved for this many epochs
+                                         # (0: every epoch of max_epochs); --resume keeps the count
+    stop_at: float | None = None         # Unix time: stop at the first epoch end from which one more
+                                         # epoch (the longest of this process) would pass it; the
+                                         # first epoch always runs. For sessions that end; --resume
 
 
 SECTIONS = {"model": RotRNNConfig, "data": DataConfig, "augment": AugmentConfig,

@@ -1,0 +1,392 @@
+"""The ablation trained to the end, a few hours at a time: each arm of benchmarks/ablation.py at
+its own learning rate, several seeds, until validation accuracy stops improving.
+
+    python -m benchmarks.converge [--arms rotrnn,rotrnn_no_xi,lru,dscnn] [--seeds 3] [--epochs 8]
+        [--patience 2] [--jobs 1] [--hours H] [--out bench/converge] [--data DIR] [--quick]
+    python -m benchmarks.converge --report [--out bench/converge]   # measure what is finished
+
+1. The learning-rate sweep, once per arm: its config's learning rates (both groups) times each of
+   SWEEP_FACTORS, seed 0, one epoch over SWEEP_SHARE of the training batches; the factor with the
+   best validation accuracy is the arm's (`choose`).
+2. Every (arm, seed), seeds in turn, at that learning rate: trained until val/acc has not improved
+   for --patience epochs, or for --epochs (the same for every arm; the cosine schedule spans them).
+   A run with a last.ckpt continues from it. --hours: no run starts once they are spent, and a
+   running one stops at the first epoch end from which another epoch would pass them, its
+   last.ckpt (written every epoch) left for the next session's same command.
+3. OUT/state.json: the budget, the sweep and, per arm and seed, epochs done, best val/acc, finished
+   or not and why; rewritten after every phase. An OUT started with another budget is refused.
+4. The report: the finished runs' best-val weights on the testing split (mean, 95 % interval,
+   Welch + Holm against RotRNN), their validation curves, weights, FLOPs and ONNX CPU ms per second
+   of audio streaming; OUT/report.md, and BENCHMARKS.md's section `converge` unless --quick.
+
+Cost, before any of it was measured: `rotkws bench`'s one-epoch runs of these arms took 250–380 s
+each, start-up included, two at a time on one thread each (bench/report.md, 2026-12, Intel Xeon),
+so the sweep is about 40 min and each run of 8 epochs 30–50 min; the report's minutes per epoch are
+the measured figure. --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
+machinery in a minute, figures that mean nothing.
+"""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks import ablation, stats
+from benchmarks.ablation import ARMS, REFERENCE, Budget
+from benchmarks.bench import git_commit, interval_text, log, onnx_cost
+from benchmarks.report import write_section
+from corpus.clips import ClipError
+from corpus.folders import default_data_root
+from training.config import load_config
+
+OUT = Path(__file__).resolve().parents[1] / "bench" / "converge"
+SWEEP_FACTORS = (1 / 3, 1.0, 3.0)   # × the config's lr and recurrent_lr: a grid a factor 3 apart
+SWEEP_SHARE = 0.5                   # of one epoch's training batches per sweep run: 12 runs ≈ 6 epochs
+TIMING = {"seconds": 10.0, "rounds": 3}   # the ONNX timing of each arm's first finished seed
+
+
+def factor_name(f: float) -> str:
+    return f"x{f:.3g}"
+
+
+def best_checkpoint(out: Path, arm: str, seed: int) -> Path:
+    return ablation.run_dir(out, arm, seed) / "checkpoints" / "best.ckpt"
+
+
+# -- one run's record -------------------------------------------------------------------------------
+def logged(directory: Path, column: str) -> dict[int, float]:
+    """{epoch: value} of a metric over every CSV log of the run (a resumed run writes version_N+1;
+    a later version's epoch wins)."""
+    out = {}
+    versions = sorted((directory / "logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    for version in versions:
+        if not (version / "metrics.csv").is_file():
+            continue
+        with open(version / "metrics.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get(column):
+                    out[int(row["epoch"])] = float(row[column])
+    return out
+
+
+def survey(directory: Path, budget: Budget) -> dict:
+    """Where a run stands: epochs and steps done, its val/acc curve, finished or not and why
+    (`patience`: early stopping; `epochs`: the budget), its learning rates."""
+    ckpt = directory / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        return {"epochs": 0, "step": 0, "curve": [], "best_val": None, "finished": False, "stopped": None}
+    c = torch.load(ckpt, map_location="cpu", weights_only=True)
+    epochs = int(c["epoch"]) + 1                     # saved at the end of epoch c["epoch"] (from 0)
+    early = next((v for k, v in c.get("callbacks", {}).items() if k.startswith("EarlyStopping")), None)
+    stopped = ("patience" if early and early["wait_count"] >= early["patience"] else
+               "epochs" if epochs >= budget.epochs else None)
+    curve = logged(directory, "val/acc")
+    seconds = list(logged(directory, "train/epoch_seconds").values())
+    optim = c["rotkws"]["train_config"]["optim"]
+    return {"epochs": epochs, "step": int(c["global_step"]), "curve": [curve[e] for e in sorted(curve)],
+            "best_val": max(curve.values()) if curve else None, "finished": stopped is not None,
+            "stopped": stopped, "lr": optim["lr"], "recurrent_lr": optim["recurrent_lr"],
+            "epoch_seconds": float(np.median(seconds)) if seconds else None}
+
+
+# -- 1. the learning-rate sweep -------------------------------------------------------------------
+def sweep_budget(quick: bool) -> Budget:
+    return Budget(1, quick, train_share=SWEEP_SHARE)
+
+
+def learning_rates(arm: str, factor: float) -> dict:
+    """The arm's config's learning rates × factor, as training overrides."""
+    a = ARMS[arm]
+    optim = load_config(ablation.CONFIGS / a.config, a.overrides).optim
+    return {"optim.lr": optim.lr * factor, "optim.recurrent_lr": optim.recurrent_lr * factor}
+
+
+def choose(scores: dict[float, float]) -> float:
+    """The factor of the best validation accuracy; a tie goes to the one nearer the config's own (1)."""
+    return max(scores, key=lambda f: (scores[f], -abs(math.log(f))))
+
+
+def sweep_dir(out: Path, factor: float) -> Path:
+    return out / "sweep" / factor_name(factor)
+
+
+def sweep_state(out: Path, arms, quick: bool) -> dict:
+    """{arm: {"scores": {factor name: best val/acc or None}, "chosen": name or None, "lr": overrides}}."""
+    budget, state = sweep_budget(quick), {}
+    for arm in arms:
+        runs = {f: survey(ablation.run_dir(sweep_dir(out, f), arm, 0), budget) for f in SWEEP_FACTORS}
+        done = {f: r["best_val"] for f, r in runs.items() if r["finished"] and r["best_val"] is not None}
+        chosen = choose(done) if len(done) == len(SWEEP_FACTORS) else None
+        state[arm] = {"scores": {factor_name(f): r["best_val"] for f, r in runs.items()},
+                      "chosen": None if chosen is None else factor_name(chosen),
+                      "lr": None if chosen is None else learning_rates(arm, chosen)}
+    return state
+
+
+def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick: bool) -> None:
+    """Train what the sweep lacks: one process per arm and factor."""
+    budget = sweep_budget(quick)
+    for f in SWEEP_FACTORS:
+        todo = [(arm, 0) for arm in arms
+                if not survey(ablation.run_dir(sweep_dir(out, f), arm, 0), budget)["finished"]]
+        if todo:
+            log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo)}")
+            ablation.train_all(todo, budget, data, sweep_dir(out, f), jobs, log, deadline=deadline,
+                               settings={arm: learning_rates(arm, f) for arm, _ in todo})
+
+
+# -- 2.–3. the runs and the state file --------------------------------------------------------------
+def budget_record(budget: Budget) -> dict:
+    return {"epochs": budget.epochs, "patience": budget.patience, "quick": budget.quick}
+
+
+def check_budget(out: Path, budget: Budget) -> None:
+    path = out / "state.json"
+    if not path.is_file():
+        return
+    was = json.loads(path.read_text())["budget"]
+    if was != budget_record(budget):
+        raise ClipError(f"{out} was started with {was}, not {budget_record(budget)}: pass the same "
+                        f"--epochs, --patience and --quick, or another --out")
+
+
+def run_state(out: Path, budget: Budget, arms, seeds) -> dict:
+    """{arm: {seed: survey}} for the asked runs and every run already under out/runs."""
+    found = {(p.parent.name, int(p.name[4:])) for p in (out / "runs").glob("*/seed*") if p.parent.name in ARMS}
+    keys = sorted(found | {(a, s) for a in arms for s in seeds}, key=lambda k: (list(ARMS).index(k[0]), k[1]))
+    state = {}
+    for arm, seed in keys:
+        state.setdefault(arm, {})[str(seed)] = survey(ablation.run_dir(out, arm, seed), budget)
+    return state
+
+
+def snapshot(out: Path, budget: Budget, arms, seeds) -> dict:
+    """The state file's content, read from the run directories: the sweep of `arms` and every run."""
+    return {"updated": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
+            "budget": budget_record(budget),
+            "sweep": {"factors": [factor_name(f) for f in SWEEP_FACTORS], "share": SWEEP_SHARE,
+                      "arms": sweep_state(out, arms, budget.quick)},
+            "runs": run_state(out, budget, arms, seeds)}
+
+
+def write_state(out: Path, state: dict) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "state.json").write_text(json.dumps(state, indent=1))
+    return state
+
+
+def saved_state(out: Path) -> dict:
+    """The state of an OUT trained before, surveyed again (its budget from state.json)."""
+    path = out / "state.json"
+    if not path.is_file():
+        raise ClipError(f"{path} does not exist: nothing was trained there")
+    was = json.loads(path.read_text())
+    budget = Budget(was["budget"]["epochs"], was["budget"]["quick"], was["budget"]["patience"])
+    return snapshot(out, budget, list(was["sweep"]["arms"]), [])
+
+
+def status_lines(state: dict) -> list[str]:
+    lines = []
+    for arm, seeds in state["runs"].items():
+        for seed, r in seeds.items():
+            how = f"finished ({r['stopped']})" if r["finished"] else "unfinished"
+            best = "—" if r["best_val"] is None else f"{r['best_val']:.4f}"
+            lines.append(f"  {arm} seed {seed}: {r['epochs']} epochs, step {r['step']}, best val {best}, {how}")
+    return lines
+
+
+def converge(args) -> dict:
+    out, data = Path(args.out), Path(args.data)
+    budget = Budget(args.epochs, args.quick, args.patience)
+    check_budget(out, budget)
+    deadline = time.time() + 3600 * args.hours if args.hours else None
+    seeds = list(range(args.seeds))
+    sweep(args.arms, data, out, args.jobs, deadline, args.quick)
+    state = write_state(out, snapshot(out, budget, args.arms, seeds))
+    ready = {arm: s["lr"] for arm, s in state["sweep"]["arms"].items() if s["lr"] is not None}
+    runs = state["runs"]
+    todo = [(arm, s) for s in seeds for arm in args.arms if arm in ready and not runs[arm][str(s)]["finished"]]
+    if todo:
+        log(f"training {len(todo)} runs: {', '.join(f'{a} seed {s}' for a, s in todo)}")
+        try:
+            ablation.train_all(todo, budget, data, out, args.jobs, log, settings=ready, resume=True,
+                               deadline=deadline, longest_first=False)
+        finally:                                       # a failed run: the others' epochs recorded
+            state = write_state(out, snapshot(out, budget, args.arms, seeds))
+    log("state:\n" + "\n".join(status_lines(state)))
+    return state
+
+
+# -- 4. the report --------------------------------------------------------------------------------
+def summarise(runs: list[dict], reference: str = REFERENCE) -> dict:
+    """{arm: {"accuracy": mean and interval over its seeds, "p_vs_reference", "significant"}}
+    from scored runs ({"arm", "seed", "accuracy"}): Welch's t-test of each other arm against
+    `reference`, Holm-corrected over them."""
+    arms = {}
+    for r in runs:
+        arms.setdefault(r["arm"], []).append(r["accuracy"])
+    out = {arm: {"accuracy": stats.mean_interval(v)} for arm, v in arms.items()}
+    if reference in arms:
+        p = {arm: stats.welch_p(v, arms[reference]) for arm, v in arms.items() if arm != reference}
+        for arm, significant in stats.holm(p).items():
+            out[arm] |= {"p_vs_reference": p[arm], "significant": significant}
+    return out
+
+
+def median(values) -> float:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else math.nan
+
+
+def timed(arm: str, seed: int, out: Path) -> dict:
+    """Export the run's best weights and time them as bench.py times a model (1 thread)."""
+    from export.onnx import export_onnx
+    from training.evaluate import load_network
+    path = ablation.run_dir(out, arm, seed) / "best.onnx"
+    export_onnx(load_network(best_checkpoint(out, arm, seed)), path)
+    return onnx_cost(path, TIMING["seconds"], TIMING["rounds"], threads=(1,))
+
+
+def report(state: dict, data: Path, out: Path, timing: bool) -> dict:
+    """Score every finished run of the state; {"arms": {arm: …}, "runs": [...], "unfinished": [...]}."""
+    finished = [(arm, int(s)) for arm, seeds in state["runs"].items() for s, r in seeds.items() if r["finished"]]
+    torch.set_num_threads(1)                           # the CPU is shared with the training runs
+    labels = {tuple(ablation.load_network(best_checkpoint(out, *key)).cfg.labels) for key in finished}
+    clips = {lab: ablation.held_out(data, lab) for lab in labels}      # read once for every run
+    runs = [ablation.score_run(arm, seed, out, clips, "best") | state["runs"][arm][str(seed)]
+            for arm, seed in finished]
+    arms = summarise(runs)
+    for arm, a in arms.items():
+        first = min(r["seed"] for r in runs if r["arm"] == arm)
+        mine = next(r for r in runs if r["arm"] == arm and r["seed"] == first)
+        a |= {"title": ARMS[arm].title, "parameters": mine["parameters"],
+              "flops_per_second": mine["flops_per_second"], "sweep": state["sweep"]["arms"].get(arm)}
+        a["minutes_per_epoch"] = median([r["epoch_seconds"] for r in runs if r["arm"] == arm]) / 60
+        if timing:
+            log(f"  exporting and timing {arm} seed {first}")
+            a["onnx_cost"] = timed(arm, first, out) | {"load_average": os.getloadavg()[0]}
+    unfinished = [{"arm": arm, "seed": int(s), **r} for arm, seeds in state["runs"].items()
+                  for s, r in seeds.items() if not r["finished"]]
+    return {"arms": dict(sorted(arms.items(), key=lambda kv: list(ARMS).index(kv[0]))), "runs": runs,
+            "unfinished": unfinished, "state": state, "n_test": runs[0]["n"] if runs else None}
+
+
+def curve_text(values: list[float]) -> str:
+    return " ".join(f"{v:.3f}" for v in values) or "—"
+
+
+def sweep_rows(state: dict) -> list[str]:
+    names = state["sweep"]["factors"]
+    rows = ["| arm | " + " | ".join(f"lr {n}" for n in names) + " | chosen |",
+            "| --- | " + " | ".join("---:" for _ in names) + " | --- |"]
+    for arm, s in state["sweep"]["arms"].items():
+        cells = ["—" if s["scores"][n] is None else f"{s['scores'][n]:.3f}" for n in names]
+        edge = s["chosen"] in (names[0], names[-1])
+        chosen = "—" if s["chosen"] is None else (f"{s['chosen']} (lr {s['lr']['optim.lr']:.3g})"
+                                                 + (", the grid's edge" if edge else ""))
+        rows.append(f"| {arm} | " + " | ".join(cells) + f" | {chosen} |")
+    return rows
+
+
+def arm_rows(rep: dict) -> list[str]:
+    rows = ["| arm | weights | seeds finished | accuracy, mean [95 % interval] | per seed | p vs RotRNN "
+            "(Welch) | significant (Holm) | matmul FLOPs per s, streaming | ms per s, streaming (ONNX, 1 "
+            "thread) | min per epoch | epochs (why it stopped) |",
+            "| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    for arm, a in rep["arms"].items():
+        mine = [r for r in rep["runs"] if r["arm"] == arm]
+        p = a.get("p_vs_reference")
+        tested = p is not None and not math.isnan(p)
+        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
+        per_seed = ", ".join(f"{100 * r['accuracy']:.1f}" for r in mine)
+        epochs = ", ".join(f"{r['epochs']} ({r['stopped']})" for r in mine)
+        rows.append(f"| {arm}: {a['title']} | {a['parameters']:,} | {len(mine)} | "
+                    f"{interval_text(a['accuracy'])} | {per_seed} | {f'{p:.3f}' if tested else '—'} | "
+                    f"{('yes' if a['significant'] else 'no') if tested else '—'} | "
+                    f"{a['flops_per_second']['stream'] / 1e6:.1f} M | {'—' if ms is None else f'{ms:.2f}'} | "
+                    f"{a['minutes_per_epoch']:.1f} | {epochs} |")
+    return rows
+
+
+def markdown(rep: dict) -> str:
+    state, budget = rep["state"], rep["state"]["budget"]
+    quick = " **--quick: tiny networks, three steps an epoch; these figures mean nothing.**" if budget["quick"] else ""
+    lines = [f"State of {state['updated']} (commit {state['commit']}).{quick}", "",
+             f"Each arm trained from scratch by `rotkws train` (one thread) at the learning rate its "
+             f"sweep chose, until val/acc had not improved for {budget['patience']} epochs, or for at "
+             f"most {budget['epochs']} epochs, the same for every arm (the cosine schedule spans them; "
+             f"the default model's recipe has 12). Scored with each run's best-val/acc weights on the "
+             f"testing split ({rep['n_test'] or '—'} clips of held-out speakers). Interval: Student's t, "
+             f"95 %, over the finished seeds; Welch's t-test of each arm against `{REFERENCE}`, "
+             f"significant when Holm-corrected p < {stats.ALPHA}.", "",
+             f"Learning-rate sweep (seed 0, one epoch over {SWEEP_SHARE:.0%} of the training batches, "
+             f"best val/acc; lr × the config's, both groups):", ""] + sweep_rows(state)
+    lines += ["", "Finished runs:", ""] + (arm_rows(rep) if rep["arms"] else ["None yet."])
+    if any("onnx_cost" in a for a in rep["arms"].values()):
+        load = next(a["onnx_cost"] for a in rep["arms"].values() if "onnx_cost" in a)
+        lines += ["", f"CPU ms: each arm's first finished seed exported and timed as `rotkws bench` "
+                  f"times a model (one thread, median of {TIMING['rounds']} rounds over "
+                  f"{TIMING['seconds']:g} s of audio, load average {load['load_average']:.1f}); a clip "
+                  f"model (the DS-CNN) scores a 1 s window every 100 ms. Minutes per epoch: the median "
+                  f"logged epoch (validation included), one thread, beside whatever else ran."]
+    lines += ["", "Validation curves (val/acc after each epoch):", "", "| run | curve |", "| --- | --- |"]
+    lines += [f"| {r['arm']} seed {r['seed']} | {curve_text(r['curve'])} |" for r in rep["runs"]]
+    lines += ["", "Unfinished (the same command resumes them):", ""]
+    lines += [f"- {u['arm']} seed {u['seed']}: {u['epochs']} of {budget['epochs']} epochs, step "
+              f"{u['step']}, val/acc {curve_text(u['curve'])}" for u in rep["unfinished"]] or ["- none"]
+    return "\n".join(lines)
+
+
+# -- the command ----------------------------------------------------------------------------------
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.converge", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated, of " + ", ".join(ARMS))
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 per arm (default 3)")
+    p.add_argument("--epochs", type=int, default=8, help="the epoch budget, every arm (default 8)")
+    p.add_argument("--patience", type=int, default=2, help="epochs without a better val/acc that end a run (default 2)")
+    p.add_argument("--jobs", type=int, default=1, help="training processes at once, one thread each (default 1)")
+    p.add_argument("--hours", type=float, default=0.0, help="this session's wall-clock budget (0: none)")
+    p.add_argument("--out", default=str(OUT), help=f"runs, state.json, report.md (default {OUT})")
+    p.add_argument("--data", default=str(default_data_root()), help="the shared data folder")
+    p.add_argument("--report", action="store_true", help="train nothing: report the finished runs")
+    p.add_argument("--no-write", action="store_true", help="leave BENCHMARKS.md alone")
+    p.add_argument("--quick", action="store_true", help="tiny networks, three steps an epoch: the machinery")
+    args = p.parse_args(argv)
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown or not args.arms:
+        p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ARMS)}")
+    if args.seeds < 1 or args.epochs < 1 or args.patience < 0 or args.jobs < 1 or args.hours < 0:
+        p.error("--seeds, --epochs and --jobs must be ≥ 1, --patience and --hours ≥ 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    out = Path(args.out)
+    try:
+        state = saved_state(out) if args.report else converge(args)
+        rep = report(state, Path(args.data), out, timing=not state["budget"]["quick"])
+    except ClipError as e:
+        print(f"benchmarks.converge: {e}", file=sys.stderr)
+        return 2
+    text = markdown(rep)
+    (out / "report.md").write_text(f"# The ablation trained to the end\n\n{text}\n")
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=float))
+    if not state["budget"]["quick"] and not args.no_write and rep["runs"]:
+        write_section("converge", "The ablation trained to the end: RotRNN, no ξ, LRU, DS-CNN", text,
+                      script="converge")
+    log(f"wrote {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

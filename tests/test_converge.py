@@ -1,0 +1,109 @@
+"""benchmarks/converge.py (and the training processes of benchmarks/ablation.py it drives): the
+learning rate it chooses, its statistics on known numbers, and, as real `rotkws train` processes
+on the 300-clip sample folder, a run stopped by its deadline that resumes from its checkpoint and
+stops on patience, and the whole --quick experiment with its sweep."""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from scipy import stats as scipy_stats
+
+from benchmarks import ablation, converge
+from benchmarks.ablation import Budget
+from conftest import REPO
+
+
+def test_choose_takes_the_best_validation_accuracy_and_a_tie_nearest_the_config():
+    assert converge.choose({1 / 3: 0.71, 1.0: 0.74, 3.0: 0.78}) == 3.0
+    assert converge.choose({1 / 3: 0.80, 1.0: 0.74, 3.0: 0.78}) == 1 / 3
+    assert converge.choose({1 / 3: 0.78, 1.0: 0.78, 3.0: 0.78}) == 1.0
+    assert converge.choose({1 / 3: 0.78, 3.0: 0.78}) in (1 / 3, 3.0)      # equally near: either
+
+
+def welch_by_hand(a, b) -> float:
+    """Two-sided p of Welch's t: t = Δmean / √(s²a/na + s²b/nb), Welch–Satterthwaite df."""
+    va, vb = (statistics.variance(x) / len(x) for x in (a, b))
+    t = abs(sum(a) / len(a) - sum(b) / len(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return 2 * scipy_stats.t.sf(t, df)
+
+
+def test_summarise_gives_the_interval_and_holm_on_known_runs():
+    accuracy = {"rotrnn": [0.80, 0.82, 0.84], "rotrnn_no_xi": [0.70, 0.71, 0.69],
+                "lru": [0.80, 0.85, 0.75], "dscnn": [0.78, 0.79, 0.80]}
+    runs = [{"arm": arm, "seed": s, "accuracy": v} for arm, values in accuracy.items()
+            for s, v in enumerate(values)]
+    arms = converge.summarise(runs)
+    half = 4.302652729911275 * 0.02 / math.sqrt(3)              # t(0.975, 2) · sd / √n
+    assert arms["rotrnn"]["accuracy"]["mean"] == pytest.approx(0.82)
+    assert (arms["rotrnn"]["accuracy"]["low"], arms["rotrnn"]["accuracy"]["high"]) == pytest.approx(
+        (0.82 - half, 0.82 + half))
+    assert "p_vs_reference" not in arms["rotrnn"]
+    for arm in ("rotrnn_no_xi", "lru", "dscnn"):
+        assert arms[arm]["p_vs_reference"] == pytest.approx(welch_by_hand(accuracy[arm], accuracy["rotrnn"]))
+    # p: no ξ 0.0029, DS-CNN 0.10, LRU 0.57; Holm over 3: 0.0029 ≤ 0.05/3, then 0.10 > 0.05/2 stops
+    assert arms["rotrnn_no_xi"]["p_vs_reference"] < 0.05 / 3 < 0.05 / 2 < arms["dscnn"]["p_vs_reference"]
+    assert {a: arms[a]["significant"] for a in ("rotrnn_no_xi", "lru", "dscnn")} == {
+        "rotrnn_no_xi": True, "lru": False, "dscnn": False}
+
+
+FROZEN = {"rotrnn": {"optim.lr": 0.0, "optim.recurrent_lr": 0.0}}   # constant weights: val/acc never improves
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_its_deadline_resumes_and_then_stops_on_patience(shared_data, tmp_path):
+    budget = Budget(epochs=6, quick=True, patience=2)
+    train = lambda **kw: ablation.train_all([("rotrnn", 0)], budget, shared_data, tmp_path, 1,
+                                           lambda _: None, settings=FROZEN, resume=True, **kw)
+    assert train(deadline=time.time() - 1) == {}                      # spent: nothing starts
+    train(deadline=time.time() + 0.5)        # starts, and its first epoch ends past the deadline
+    directory = ablation.run_dir(tmp_path, "rotrnn", 0)
+    first = converge.survey(directory, budget)
+    assert first["epochs"] == 1 and not first["finished"] and first["step"] > 0
+    train()                                                          # the next session
+    last = converge.survey(directory, budget)
+    # epoch 0 set the best; epochs 1 and 2, resumed with early stopping's count, never beat it
+    assert last["epochs"] == 3 and last["finished"] and last["stopped"] == "patience"
+    assert last["step"] == 3 * first["step"]
+    assert len(last["curve"]) == 3 and len(set(last["curve"])) == 1
+    resumed = converge.logged(directory, "val/acc")
+    second = (directory / "logs" / "version_1" / "metrics.csv").read_text().splitlines()
+    assert sorted(resumed) == [0, 1, 2] and {line.split(",")[0] for line in second[1:]} == {"1", "2"}
+    assert "Restoring states from the checkpoint" in (directory / "train.log").read_text()
+
+
+def run_converge(*args, data):
+    env = dict(os.environ, ROTKWS_DATA=str(data), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "benchmarks.converge", "--quick", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.slow
+def test_quick_converge_sweeps_trains_at_the_chosen_rate_and_reports(shared_data, tmp_path):
+    benchmarks_md = (REPO / "BENCHMARKS.md").read_text()
+    args = ["--arms", "rotrnn", "--seeds", "1", "--epochs", "2", "--out", str(tmp_path)]
+    r = run_converge(*args, data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    state = json.loads((tmp_path / "state.json").read_text())
+    sweep = state["sweep"]["arms"]["rotrnn"]
+    scores = {f: sweep["scores"][converge.factor_name(f)] for f in converge.SWEEP_FACTORS}
+    assert None not in scores.values()
+    assert sweep["chosen"] == converge.factor_name(converge.choose(scores))
+    run = state["runs"]["rotrnn"]["0"]
+    assert run["finished"] and run["epochs"] == 2 and len(run["curve"]) == 2
+    ckpt = torch.load(ablation.run_dir(tmp_path, "rotrnn", 0) / "checkpoints" / "last.ckpt",
+                      map_location="cpu", weights_only=True)
+    assert ckpt["rotkws"]["train_config"]["optim"]["lr"] == pytest.approx(sweep["lr"]["optim.lr"])
+    md = (tmp_path / "report.md").read_text()
+    assert "--quick" in md and "| rotrnn seed 0 |" in md and "| rotrnn: " in md
+    assert (REPO / "BENCHMARKS.md").read_text() == benchmarks_md        # quick never writes there
+    again = run_converge(*args, data=shared_data)                        # all done: nothing retrained
+    assert again.returncode == 0 and "training" not in again.stdout and "sweep:" not in again.stdout
+    other = run_converge(*args[:4], "--epochs", "3", "--out", str(tmp_path), data=shared_data)
+    assert other.returncode == 2 and "was started with" in other.stderr
