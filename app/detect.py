@@ -1,9 +1,14 @@
 """`rotkws detect [--model M] [--keywords K,…] [--scores] AUDIO...`: the keyword spotter over audio files.
+`rotkws detect --wake W.onnx [--commands C.onnx] AUDIO...`: a wake word, then a command (app/twostage.py).
 
 Each file is read from disk in blocks and fed to the spotter as a stream, the path live audio
 takes, so an hour-long file needs no more memory than a second of it. One JSON line per
 detection on stdout (`file`, `keyword`, `time_s`, `score`); with `--scores`, the score track as
-CSV instead (`file,time_s,<one column per label>`). A file that cannot be read is reported on
+CSV instead (`file,time_s,<one column per label>`). With `--wake`, one JSON line per wake word
+(`file`, `wake`, `time_s`, `score`, `command`, `command_time_s`, `command_score`; `command` null
+when none was heard in its window), the command model (`--commands`, default the bundled
+kws12.onnx) listening for `--window` seconds after each; --keywords are then the commands
+listened for and --threshold the wake word's. A file that cannot be read is reported on
 stderr and the next one goes on; the exit status is then 1.
 """
 import argparse
@@ -14,6 +19,7 @@ import sys
 from pathlib import Path
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
+from app.twostage import COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S, WakeCommandSpotter
 from corpus.clips import ClipError, audio_blocks
 
 BLOCK_SECONDS = 1.0   # read files in blocks of this length
@@ -25,8 +31,10 @@ def model_settings(argv: list[str]) -> dict:
     (the run says why)."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model")
+    pre.add_argument("--wake")
     try:
-        model = KeywordModel(pre.parse_known_args(argv)[0].model)
+        known = pre.parse_known_args(argv)[0]
+        model = KeywordModel(known.wake or known.model)
         return detection_settings(model, {}) | {"keywords": model.keywords}
     except ValueError:
         return {}
@@ -68,7 +76,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    f"(default: {shown(m, 'refractory_s')})")
     p.add_argument("--flush", type=float, help="seconds of silence run through after each file's end, "
                    f"so a keyword at the very end is heard (default: {shown(m, 'flush_s')})")
-    return p.parse_args(argv)
+    two = p.add_argument_group("a wake word, then a command")
+    two.add_argument("--wake", default=None, help="a wake-word ONNX file (`rotkws enroll`): report each wake "
+                     "word and the command heard after it")
+    two.add_argument("--commands", default=None, help=f"the command model (default: {DEFAULT_MODEL})")
+    two.add_argument("--window", type=float, default=None, help="seconds the command model listens after a "
+                     f"wake word (default: the wake model's metadata, else {WINDOW_S:g})")
+    two.add_argument("--command-threshold", type=float, default=COMMAND_THRESHOLD,
+                     help="smoothed probability of a command inside the window (default: %(default)s)")
+    two.add_argument("--command-state", choices=COMMAND_STATES, default=COMMAND_STATE,
+                     help="reset: the command model runs in the window only, from the zero state; carried: "
+                     "on every hop (default: %(default)s)")
+    args = p.parse_args(argv)
+    if args.wake is None and args.commands is not None:
+        p.error("--commands needs --wake (the wake word that opens each command window)")
+    if args.wake is not None and args.scores:
+        p.error("--scores is for one model: leave out --wake, or --scores")
+    return args
+
+
+def make_spotter(args) -> KeywordSpotter:
+    """The spotter the arguments ask for (ValueError, ModelError: what is wrong)."""
+    rule = {"threshold": args.threshold, "smoothing": args.smoothing, "min_hops": args.min_hops,
+            "refractory_s": args.refractory, "flush_s": args.flush}
+    if args.wake is None:
+        return KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, **rule)
+    if args.model is not None:
+        raise ValueError("--model and --wake: give the wake word as --wake and the commands as --commands")
+    return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands), window_s=args.window,
+                              command_state=args.command_state, command_keywords=args.keywords,
+                              command_threshold=args.command_threshold, **rule)
 
 
 def stream_file(spotter: KeywordSpotter, path: Path):
@@ -84,6 +121,10 @@ def emit(writer, path: Path, result, scores: bool) -> None:
         for t, row in zip(result.times, result.scores):
             writer.writerow([str(path), f"{t:.3f}"] + [f"{v:.6f}" for v in row])
         return
+    if hasattr(result, "events"):
+        for e in result.events:
+            print(json.dumps({"file": str(path)} | e.to_json()), flush=True)
+        return
     for d in result.detections:
         print(json.dumps({"file": str(path), "keyword": d.keyword, "time_s": round(d.time_s, 3),
                           "score": round(d.score, 4)}), flush=True)
@@ -92,9 +133,7 @@ def emit(writer, path: Path, result, scores: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        spotter = KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, threshold=args.threshold,
-                                 smoothing=args.smoothing, min_hops=args.min_hops,
-                                 refractory_s=args.refractory, flush_s=args.flush)
+        spotter = make_spotter(args)
     except ValueError as e:                     # ModelError, a keyword it lacks, or a setting out of range
         print(f"rotkws detect: {e}", file=sys.stderr)
         return 2

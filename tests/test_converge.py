@@ -26,6 +26,25 @@ def test_choose_takes_the_best_validation_accuracy_and_a_tie_nearest_the_config(
     assert converge.choose({1 / 3: 0.78, 3.0: 0.78}) in (1 / 3, 3.0)      # equally near: either
 
 
+def test_runs_at_a_learning_rate_the_sweep_no_longer_chooses_are_set_aside(tmp_path):
+    for arm, seed in (("rotrnn", 0), ("lru", 0), ("lru", 1)):
+        d = ablation.run_dir(tmp_path, arm, seed) / "checkpoints"
+        d.mkdir(parents=True)
+        (d / "last.ckpt").write_bytes(b"x")
+    state = {"runs": {"rotrnn": {"0": {"epochs": 8, "lr": 0.012}},
+                      "lru": {"0": {"epochs": 5, "lr": 0.012}, "1": {"epochs": 2, "lr": 0.036},
+                              "2": {"epochs": 0, "lr": None}}}}
+    ready = {"rotrnn": {"optim.lr": 0.036, "optim.recurrent_lr": 0.018},
+             "lru": {"optim.lr": 0.036, "optim.recurrent_lr": 0.018}}
+    moved = converge.set_aside_stale(tmp_path, state, ready)
+    assert moved == [tmp_path / "superseded" / "rotrnn" / "seed0_lr0.012",
+                     tmp_path / "superseded" / "lru" / "seed0_lr0.012"]
+    assert (moved[0] / "checkpoints" / "last.ckpt").is_file()
+    assert not ablation.run_dir(tmp_path, "rotrnn", 0).exists()
+    assert ablation.run_dir(tmp_path, "lru", 1).is_dir()            # at the chosen rate: kept
+    assert converge.set_aside_stale(tmp_path, state | {"runs": {}}, ready) == []
+
+
 def welch_by_hand(a, b) -> float:
     """Two-sided p of Welch's t: t = Δmean / √(s²a/na + s²b/nb), Welch–Satterthwaite df."""
     va, vb = (statistics.variance(x) / len(x) for x in (a, b))

@@ -170,13 +170,20 @@ def build(cfg: TrainConfig, callbacks: list | tuple = ()) -> tuple[L.Trainer, KW
 
 
 def init_weights(module: KWSModule, path: Path) -> None:
-    """Copy a checkpoint's classifier weights into the module's network (same architecture)."""
+    """Copy a checkpoint's classifier weights into the module's network (same architecture). A
+    checkpoint with other labels gives everything but its head, which starts afresh."""
     try:
         net, entry = load_checkpoint(path)
     except ValueError as e:
         raise ConfigError(f"trainer.init_from: {e}") from None
+    weights = net.state_dict()
+    if tuple(net.cfg.labels) != tuple(module.net.cfg.labels):
+        weights = {k: v for k, v in weights.items() if not k.startswith("head.")}
+        weights |= {k: v for k, v in module.net.state_dict().items() if k.startswith("head.")}
+        print(f"trainer.init_from: {path} has {len(net.cfg.labels)} labels, the config "
+              f"{len(module.net.cfg.labels)}: every weight but the head's copied", file=sys.stderr)
     try:
-        module.net.load_state_dict(net.state_dict())
+        module.net.load_state_dict(weights)
     except RuntimeError as e:                             # other widths, depths or labels
         raise ConfigError(f"trainer.init_from: {path} holds another network than the config's "
                           f"({entry['config']}): {str(e).splitlines()[0]}") from None
