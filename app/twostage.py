@@ -18,7 +18,8 @@ other languages):
    the zero state at the wake word; with "carried" it runs on every hop (twice the CPU).
 3. The window closes at the first command detection (the event's command) or after its last
    hop (command None: nothing heard, or only `_unknown_` / `_silence_`). While it is open the
-   wake word's detections are not reported; then the wake word listens again.
+   wake word's detections are not reported; when it closes, the wake word's detector starts
+   afresh (its smoothing and run forgotten) and listens again.
 4. At a stream's end (`flush`), an open window closes with what was heard by then; times in
    the flushed silence are the time the input ended, as for KeywordSpotter.
 """
@@ -162,3 +163,4 @@ class WakeCommandSpotter(KeywordSpotter):
         self._events.append(WakeEvent(w.keyword, w.time_s, w.score, *(
             (said.keyword, said.time_s, said.score) if said else (None, None, None))))
         self._open, self._hops_open = None, 0
+        self.detector.reset()                    # the wake word listens again, afresh
