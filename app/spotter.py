@@ -205,10 +205,15 @@ class KeywordSpotter:
         """Start a new stream: silence before it, time 0 at its first sample."""
         self._resampler.reset()
         self.detector.reset()
-        self._state = self.model.initial_state()
+        self.forget()
         self._pending = np.zeros(0, np.float32)            # samples not yet in a hop
-        self._window = np.zeros(self.model.max_samples, np.float32)   # clip models: the last second
         self._samples_done = 0                              # samples scored since reset
+
+    def forget(self) -> None:
+        """The model's memory back to silence: the zero state (clip models: a window of zeros);
+        the time, the detector and the audio not yet scored go on."""
+        self._state = self.model.initial_state()
+        self._window = np.zeros(self.model.max_samples, np.float32)   # clip models: the last second
 
     def process(self, chunk: np.ndarray, sample_rate: int) -> SpotResult:
         """Feed a chunk; score every hop it completes; return those hops and any detections."""
@@ -220,7 +225,7 @@ class KeywordSpotter:
         """End of the stream (a file's end): score what the resampler and the hop buffer still
         hold, padded with zeros to the graph's input multiple; then `flush_s` of silence, whose
         rows are not returned but whose detections are, at the time the input ended (a keyword
-        said at the very end is still heard). Then reset() to start anew."""
+        said at the very end is still heard). Call reset() before another stream."""
         result = self._consume(self._resampler.flush())
         rest = len(self._pending)
         if rest:

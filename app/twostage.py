@@ -15,7 +15,7 @@ other languages):
    rows go through a fresh detector of its own (COMMAND_THRESHOLD: inside a window the false
    accepts per hour are the wake word's, so the command model's always-on operating point is
    too strict). With `command_state="reset"` the command model runs only inside windows, from
-   the zero state at the wake word; with "carried" it runs on every hop (twice the CPU).
+   silence at the wake word (the zero state; a clip model's window of zeros); with "carried" it runs on every hop (twice the CPU).
 3. The window closes at the first command detection (the event's command) or after its last
    hop (command None: nothing heard, or only `_unknown_` / `_silence_`). While it is open the
    wake word's detections are not reported; when it closes, the wake word's detector starts
@@ -23,6 +23,7 @@ other languages):
 4. At a stream's end (`flush`), an open window closes with what was heard by then; times in
    the flushed silence are the time the input ended, as for KeywordSpotter.
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,12 +78,12 @@ class WakeCommandSpotter(KeywordSpotter):
         if command_state not in COMMAND_STATES:
             raise ValueError(f"expected command_state in {COMMAND_STATES}, got {command_state!r}")
         self.command_state = command_state
-        for name in ("sample_rate", "hop_samples"):
+        for name in ("sample_rate", "hop_samples", "input_multiple"):
             if getattr(self.command_model, name) != getattr(self.model, name):
                 raise ValueError(f"the command model's {name} ({getattr(self.command_model, name)}) is not "
                                  f"the wake model's ({getattr(self.model, name)}): they score the same hops")
         window_s = self.model.meta["detection"].get("window_s", WINDOW_S) if window_s is None else window_s
-        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not window_s > 0:
+        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not 0 < window_s < math.inf:
             raise ValueError(f"expected window_s > 0 seconds, got {window_s!r}")
         self.window_s = float(window_s)
         self.window_hops = max(1, int(np.floor(self.window_s / self.hop_s + 0.5)))   # as JS's Math.round
@@ -154,7 +155,7 @@ class WakeCommandSpotter(KeywordSpotter):
                 self._open, self._hops_open = wake[0], 0
                 self.commands.detector.reset()
                 if self.command_state == "reset":
-                    self.commands._state = self.command_model.initial_state()
+                    self.commands.forget()
         scores = np.array(rows, np.float32).reshape(len(rows), len(self.model.labels))
         return SpotResult(np.array(times, np.float64), scores, heard)
 

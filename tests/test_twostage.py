@@ -121,6 +121,7 @@ def test_an_open_window_at_the_end_of_the_input_closes(model):
     ({"command_state": "sometimes"}, "command_state"),
     ({"window_s": 0}, "window_s"),
     ({"window_s": True}, "window_s"),
+    ({"window_s": float("inf")}, "window_s"),
     ({"command_keywords": ["alexa"]}, "keywords"),
     ({"command_threshold": 1.5}, "threshold"),
 ])

@@ -24,6 +24,7 @@ import soxr
 
 from app.detection import detect
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from app.twostage import COMMAND_STATES, WakeCommandSpotter
 from conftest import CLIPS, REPO
 from corpus.clips import read_audio
 from onnx_models import LABELS, META, exported
@@ -238,6 +239,72 @@ def test_javascript_spotter_matches_python(kind, fire, node, test_models, tmp_pa
     resampled = result["cases"][ref["cases"][-1]["name"]]["max_abs_diff"]
     print(f"{kind}: {result['hops']} hops, {detections} detections, max |Δ score| {result['max_abs_diff']:.2e}; "
           f"48 kHz through resample.js vs soxr: {resampled:.2e}")
+
+
+# ─── the two-stage spotter: app/twostage.py against WakeCommandSpotter in rotkws.js ───
+
+WAKE, COMMANDS = ["yes"], ["left", "right", "stop"]      # kws12.onnx as both models
+YES, LEFT = "yes/03401e93_nohash_0.wav", "left/0487ba9b_nohash_0.wav"
+TWO_STAGE_STREAM = [0.5, YES, 0.6, LEFT,                 # a wake word, then a command
+                    1.0, YES, 0.5, YES, 4.0,             # another, a yes in its window (dropped), no command
+                    YES, 0.3, YES, 0.3, "stop/1b4c9b89_nohash_0.wav",
+                    1.0, YES, 0.4, "right/03401e93_nohash_0.wav",
+                    1.0, YES, 0.6, LEFT]                 # seconds of silence, and clips under tests/data/clips
+TWO_STAGE_CUT = 5000                                     # samples cut from the end: the last command is
+                                                         # heard in flush's silence
+
+
+def two_stage_audio(rate: int) -> np.ndarray:
+    parts = [np.zeros(round(p * rate), np.float32) if isinstance(p, float) else read_audio(CLIPS / p)[0]
+             for p in TWO_STAGE_STREAM]
+    return np.concatenate(parts)[:-TWO_STAGE_CUT]
+
+
+def two_stage_reference(spotter: WakeCommandSpotter, audio: np.ndarray) -> dict:
+    """What tests/web/twostage_python.test.mjs checks: Python's hops, wake words and events over
+    the stream (in one call, then flush), the command model's rows with None where it did not run."""
+    spotter.reset()
+    a, b = spotter.process(audio, spotter.model.sample_rate), spotter.flush()
+    rows = np.concatenate([a.command_scores, b.command_scores]).astype(np.float64)
+    event = lambda e: {"wake": e.wake, "timeS": e.time_s, "score": e.score, "command": e.command,
+                       "commandTimeS": e.command_time_s, "commandScore": e.command_score}
+    return {"times": np.concatenate([a.times, b.times]).tolist(),
+            "scores": np.concatenate([a.scores, b.scores]).tolist(),
+            "command_scores": np.where(np.isnan(rows), None, rows).tolist(),
+            "detections": [{"keyword": d.keyword, "timeS": d.time_s, "score": d.score}
+                           for d in a.detections + b.detections],
+            "events": [event(e) for e in a.events + b.events], "window_open": b.window_open,
+            "settings": {"windowS": spotter.window_s, "windowHops": spotter.window_hops,
+                         "commandState": spotter.command_state, "wake": settings_of(spotter),
+                         "commands": settings_of(spotter.commands)}}
+
+
+@pytest.mark.parametrize("command_state", COMMAND_STATES)
+def test_javascript_two_stage_spotter_matches_python(command_state, node, tmp_path):
+    """kws12.onnx as the wake model (yes) and the command model (left, right, stop) on a stream of
+    real clips, fed to JavaScript in uneven chunks: the same wake words and events as app/twostage.py
+    at the same times, scores within 1e-4, on a stream that has every way a window closes."""
+    model = KeywordModel(default_model())
+    audio = two_stage_audio(model.sample_rate)
+    spotter = WakeCommandSpotter(model, model, command_state=command_state, keywords=WAKE, command_keywords=COMMANDS)
+    ref = two_stage_reference(spotter, audio)
+    end_s = len(audio) / model.sample_rate
+    heard = python_track(KeywordSpotter(model, keywords=WAKE), audio, model.sample_rate)[2]
+    assert {e["command"] for e in ref["events"]} == {None, *COMMANDS}, ref["events"]   # commands and a timeout
+    assert ref["events"][-1]["commandTimeS"] == end_s, ref["events"][-1]              # one heard in the silence
+    assert len(heard) > len(ref["detections"]) >= 5, (heard, ref["detections"])       # one dropped in a window
+    sf.write(tmp_path / "stream.wav", audio, model.sample_rate, subtype="FLOAT")
+    ref |= {"model": str(model.path), "wav": str(tmp_path / "stream.wav"), "chunks": STREAM_CHUNKS,
+            "tolerance": TOLERANCE, "result": str(tmp_path / "result.json"),
+            "options": {"commandState": command_state, "keywords": WAKE, "commandKeywords": COMMANDS}}
+    (tmp_path / "reference.json").write_text(json.dumps(ref))
+    run_node(node, "tests/web/twostage_python.test.mjs", env={"ROTKWS_TWOSTAGE_REFERENCE": str(tmp_path / "reference.json")})
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert (result["hops"], result["detections"], result["events"]) == \
+        (len(ref["times"]), len(ref["detections"]), len(ref["events"])), result
+    assert result["commands"] == sum(e["command"] is not None for e in ref["events"]) and result["max_abs_diff"] <= TOLERANCE
+    print(f"{command_state}: {result['hops']} hops, {result['events']} events ({result['commands']} with a command), "
+          f"max |Δ score| {result['max_abs_diff']:.2e}")
 
 
 # ─── the page in Chromium ───

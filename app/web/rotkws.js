@@ -11,7 +11,8 @@
  *   res.times, res.scores, res.detections                      // one entry per 100 ms hop
  *
  * It implements docs/onnx-interface.md and mirrors the Python runtime: app/spotter.py (hops,
- * state, flush) and app/detection.py (smoothing, threshold, min hops, refractory period).
+ * state, flush), app/detection.py (smoothing, threshold, min hops, refractory period) and
+ * app/twostage.py (WakeCommandSpotter: a wake word, then a command in the window after it).
  * Audio comes in mono at the model's sample rate (16 kHz): resample before `process`
  * (worklet.js does it for a microphone, with resample.js).
  */
@@ -470,27 +471,8 @@ export class KeywordSpotter {
   /** End of the stream: score what the hop buffer still holds, padded with zeros to the input
    * multiple (one last, shorter hop); then `flushS` of silence, whose rows are not returned but
    * whose detections are, at the time the input ended (a keyword said at the very end is still
-   * heard). Then reset() to start anew. */
-  flush() {
-    return this._enqueue(async () => {
-      let result = emptyResult();
-      const rest = this._pending.length;
-      if (rest > 0) {
-        const m = this.model.inputMultiple;
-        const padded = new Float32Array(Math.ceil(rest / m) * m);
-        padded.set(this._pending);
-        this._pending = new Float32Array(0);
-        result = await this._scoreHops(padded, padded.length, rest);
-      }
-      const endS = this._samplesDone / this.model.sampleRate;
-      const hop = this.model.hopSamples;
-      const hops = Math.round(this.flushS / this.hopS);
-      const tail = await this._scoreHops(new Float32Array(hops * hop), hop, hop);
-      this._samplesDone -= hops * hop;                         // the silence was not input
-      const heard = tail.detections.map((d) => ({ ...d, timeS: endS }));
-      return { ...result, detections: [...result.detections, ...heard] };
-    });
-  }
+   * heard). Call reset() before another stream. */
+  flush() { return this._enqueue(() => this._flush()); }
 
   _enqueue(job) {
     const result = this._queue.then(job);
@@ -500,12 +482,38 @@ export class KeywordSpotter {
 
   _reset() {
     this.detector.reset();
-    this._state = this.model.initialState();
+    this._forget();
     this._pending = new Float32Array(0);                          // samples not yet in a hop
-    this._window = new Float32Array(this.model.maxSamples);       // clip models: the last maxSamples
     this._samplesDone = 0;                                        // samples scored since reset
   }
 
+  /** The model's memory back to silence: the zero state (clip models: a window of zeros). */
+  _forget() {
+    this._state = this.model.initialState();
+    this._window = new Float32Array(this.model.maxSamples);       // clip models: the last maxSamples
+  }
+
+  /** flush()'s job, in the queue. */
+  async _flush() {
+    let result = emptyResult();
+    const rest = this._pending.length;
+    if (rest > 0) {
+      const m = this.model.inputMultiple;
+      const padded = new Float32Array(Math.ceil(rest / m) * m);
+      padded.set(this._pending);
+      this._pending = new Float32Array(0);
+      result = await this._scoreHops(padded, padded.length, rest);
+    }
+    const endS = this._samplesDone / this.model.sampleRate;
+    const hop = this.model.hopSamples;
+    const hops = Math.round(this.flushS / this.hopS);
+    const tail = await this._scoreHops(new Float32Array(hops * hop), hop, hop);
+    this._samplesDone -= hops * hop;                         // the silence was not input
+    const heard = tail.detections.map((d) => ({ ...d, timeS: endS }));
+    return { ...result, detections: [...result.detections, ...heard] };
+  }
+
+  /** process()'s job, in the queue. */
   async _consume(audio) {
     this._pending = concat(this._pending, audio);
     const hop = this.model.hopSamples;
@@ -540,4 +548,153 @@ export class KeywordSpotter {
 
 function emptyResult() {
   return { times: new Float64Array(0), scores: [], detections: [] };
+}
+
+// ─── two stages: a wake word, then a command (app/twostage.py) ───
+
+export const WINDOW_S = 3.0;            // the command window after a wake word (Porcupine + Rhino: a few seconds)
+export const COMMAND_THRESHOLD = 0.5;   // smoothed probability of a command inside the window (BENCHMARKS.md, commands)
+export const COMMAND_STATES = Object.freeze(['reset', 'carried']);
+export const COMMAND_STATE = 'reset';   // the command model runs inside windows only (BENCHMARKS.md, commands)
+
+/**
+ * One stream's two-stage spotter (app/twostage.py's WakeCommandSpotter): two rotkws models on the
+ * same hops; `this.model` and `this.detector` are the wake word's, `this.commands` the command
+ * model's KeywordSpotter. Hop by hop:
+ *
+ * 1. the wake model scores the hop, its state carried, and its detector takes the row;
+ * 2. the command model scores it too when commandState is 'carried' or a window is open (else
+ *    its row is NaN);
+ * 3. in an open window, the command detector (fresh at each window) takes that row: its first
+ *    detection closes the window with that command; else, after windowHops hops (windowS
+ *    rounded to hops), the window closes with command null;
+ * 4. else a wake detection opens a window (and is reported): the command detector restarts and,
+ *    with commandState 'reset', the command model's memory goes back to silence. Wake detections
+ *    while a window is open are not reported; when the window closes, the wake detector restarts.
+ *
+ * flush() is KeywordSpotter's for both models; a window still open after it closes with command
+ * null; times in the flushed silence are the time the input ended.
+ *
+ * options: windowS (default: the wake model's `detection.window_s` metadata, else WINDOW_S),
+ * commandState (COMMAND_STATES), commandKeywords (default all the command model's),
+ * commandThreshold (default COMMAND_THRESHOLD; null: the command model's metadata),
+ * commandSmoothing, commandMinHops (default the command model's metadata, else
+ * DETECTION_DEFAULTS); the others (keywords, threshold, smoothing, minHops, refractoryS, flushS)
+ * are the wake word's, as for KeywordSpotter. `process` and `flush` return promises of
+ * KeywordSpotter's result (the wake model's times and scores, the wake detections that opened
+ * windows) and commandScores: [Float32Array(command classes)] (NaN where the command model did
+ * not run), events: [{wake, timeS, score, command, commandTimeS, commandScore}] (the windows
+ * closed in this call; the command's fields null when none was heard), windowOpen.
+ */
+export class WakeCommandSpotter extends KeywordSpotter {
+  constructor(wake, commands, options = {}) {
+    super(wake, options);
+    const { commandState = COMMAND_STATE, commandKeywords, commandThreshold = COMMAND_THRESHOLD,
+      commandSmoothing, commandMinHops } = options;
+    if (!(commands instanceof KeywordModel)) {
+      throw new TypeError('expected the command model as a KeywordModel (await KeywordModel.load(ort, source))');
+    }
+    this.commandModel = commands;
+    if (!COMMAND_STATES.includes(commandState)) {
+      throw new RangeError(`expected commandState in ${JSON.stringify(COMMAND_STATES)}, got ${JSON.stringify(commandState)}`);
+    }
+    this.commandState = commandState;
+    for (const name of ['sampleRate', 'hopSamples', 'inputMultiple']) {
+      if (commands[name] !== wake[name]) {
+        throw new RangeError(`the command model's ${name} (${commands[name]}) is not the wake model's ` +
+          `(${wake[name]}): they score the same hops`);
+      }
+    }
+    this.windowS = windowSeconds(options.windowS, wake.detection);
+    this.windowHops = Math.max(1, Math.round(this.windowS / this.hopS));
+    this.commands = new KeywordSpotter(commands, { keywords: commandKeywords ?? undefined,
+      threshold: commandThreshold ?? undefined, smoothing: commandSmoothing ?? undefined,
+      minHops: commandMinHops ?? undefined });
+    this._collect();
+  }
+
+  /** A command window is open (after the calls already finished). */
+  get windowOpen() { return this._open !== null; }
+
+  _reset() {
+    super._reset();
+    this.commands?._reset();              // undefined while KeywordSpotter's constructor runs
+    this._open = null;                    // the wake detection whose window is open
+    this._hopsOpen = 0;
+  }
+
+  async _consume(audio) {
+    this._collect();
+    return this._result(await super._consume(audio));
+  }
+
+  async _flush() {
+    this._collect();
+    const result = await super._flush();
+    const endS = this._samplesDone / this.model.sampleRate;
+    if (this._open !== null) this._close(null);
+    this._events = this._events.map((e) => ({ ...e, timeS: Math.min(e.timeS, endS),
+      commandTimeS: e.commandTimeS === null ? null : Math.min(e.commandTimeS, endS) }));
+    this._commandRows = this._commandRows.slice(0, result.times.length);   // the silence's rows are not returned
+    return this._result(result);
+  }
+
+  _collect() {
+    this._events = [];
+    this._commandRows = [];
+  }
+
+  _result(r) {
+    return { ...r, commandScores: this._commandRows, events: this._events, windowOpen: this.windowOpen };
+  }
+
+  /** Both models hop by hop, the window opened and closed between hops (the rule above). */
+  async _scoreHops(audio, hop, advance) {
+    const times = [], scores = [], heard = [];
+    for (let start = 0; start < audio.length; start += hop) {
+      const piece = audio.subarray(start, start + hop);
+      const row = await this._scoreOne(piece);
+      this._samplesDone += advance;
+      const t = this._samplesDone / this.model.sampleRate;
+      times.push(t);
+      scores.push(row);
+      const wake = this.detector.update([t], [row]);
+      const runs = this.commandState === 'carried' || this._open !== null;
+      const commandRow = runs ? await this.commands._scoreOne(piece)
+        : new Float32Array(this.commandModel.labels.length).fill(NaN);
+      this._commandRows.push(commandRow);
+      if (this._open !== null) {
+        this._hopsOpen += 1;
+        const said = this.commands.detector.update([t], [commandRow]);
+        if (said.length) this._close(said[0]);
+        else if (this._hopsOpen >= this.windowHops) this._close(null);
+      } else if (wake.length) {
+        heard.push(wake[0]);
+        this._open = wake[0];
+        this._hopsOpen = 0;
+        this.commands.detector.reset();
+        if (this.commandState === 'reset') this.commands._forget();
+      }
+    }
+    return { times: Float64Array.from(times), scores, detections: heard };
+  }
+
+  _close(said) {
+    const w = this._open;
+    this._events.push({ wake: w.keyword, timeS: w.timeS, score: w.score, command: said?.keyword ?? null,
+      commandTimeS: said?.timeS ?? null, commandScore: said?.score ?? null });
+    this._open = null;
+    this._hopsOpen = 0;
+    this.detector.reset();                // the wake word listens again, afresh
+  }
+}
+
+/** The command window in seconds: given, else the wake model's metadata `window_s`, else WINDOW_S. */
+function windowSeconds(given, detection) {
+  const windowS = given ?? (detection && 'window_s' in detection ? detection.window_s : WINDOW_S);
+  if (typeof windowS !== 'number' || !Number.isFinite(windowS) || !(windowS > 0)) {
+    const shown = typeof windowS === 'string' ? JSON.stringify(windowS) : String(windowS);
+    throw new RangeError(`expected windowS > 0 seconds, got ${shown}`);
+  }
+  return windowS;
 }
