@@ -1,11 +1,15 @@
 """`rotkws demo`: a Gradio page that listens to the microphone and shows what it hears.
 
     rotkws demo [--model M] [--host 127.0.0.1] [--port 7860]
+    rotkws demo --wake W.onnx [--commands C.onnx] [--wake-keywords K,…]   # a wake word, then a command
 
 The page streams the microphone to the server (`gr.Audio(streaming=True)`: browsers send
 48 kHz int16 in pieces of STREAM_EVERY_S); each piece goes through the visitor's own
 `DemoSession` (app/demo_session.py), which holds their spotter; one ONNX model is shared by all.
-A file upload runs the same path over a file. `app/web/`, where present, is served at /web.
+With --wake the page is a two-stage assistant (app/twostage.py): each visitor's `WakeSession`
+listens for the wake word, then for a command in the window it opens; the two models are
+shared by all. A file upload runs the same path over a file. `app/web/`, where present, is
+served at /web.
 """
 import argparse
 import socket
@@ -17,8 +21,11 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, DemoSession
-from app.spotter import DEFAULT_MODEL, KeywordModel, ModelError, detection_settings
+from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession,
+                               new_session, wake_series)
+from app.detect import keyword_list
+from app.spotter import DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
+from app.twostage import WINDOW_S
 
 HOST = "127.0.0.1"           # loopback unless told otherwise (--host 0.0.0.0 in the container)
 PORT = 7860
@@ -34,11 +41,21 @@ CACHE_SWEEP = (60, 300)      # every 60 s, delete uploads older than 300 s: each
 WEB_DIR = Path(__file__).resolve().parent / "web"   # static files served at /web when present
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]   # one fixed colour per keyword, so a line keeps its colour
+WAKE_COLOR = "#000000"       # on a two-stage page: the wake word's line
+WINDOW_COLOR = "#b0b0b0"     # … and the command window's
 CSS = "#detections textarea { font-family: ui-monospace, monospace; }"
 
 INTRO = """# rotkws: keyword spotting with RotRNN
 Press **Record**, allow the microphone and say one of: {keywords}.
 Scores update live; detections are logged below with the time they were heard."""
+
+INTRO_WAKE = """# rotkws: a wake word, then a command
+Press **Record**, allow the microphone and say {wake}, then a command: {commands}.
+The wake word opens a {window:g}-second window in which the command model listens (the grey line
+on the plot, at the score a command must reach); the log shows each wake word and the command
+heard after it."""
+
+Served = KeywordModel | Assistant   # what the page runs: one model, or a wake word and its commands
 
 
 # ─── handlers: (inputs…, session) → (scores, plot, log, latency, session) ───
@@ -49,11 +66,11 @@ def views(session: DemoSession) -> tuple:
     return session.current_scores() or None, plot, session.log_text(), session.latency_text(), session
 
 
-def configured(model: KeywordModel, session, threshold: float | None, gain_db: float, keywords) -> DemoSession:
+def configured(model: Served, session, threshold: float | None, gain_db: float, keywords) -> DemoSession:
     """The visitor's session (a new one on the first event) with the controls' values; no keyword
     ticked → a warning (once, not at every piece), and the ones listened for before stay."""
     threshold = slider_threshold(model, threshold)
-    session = session or DemoSession(model, threshold)
+    session = session or new_session(model, threshold)
     try:
         session.configure(threshold, gain_db, keywords)
     except ValueError as e:
@@ -63,7 +80,7 @@ def configured(model: KeywordModel, session, threshold: float | None, gain_db: f
     return session
 
 
-def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
+def on_chunk(model: Served, chunk, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
     """One microphone piece, `chunk` = (sample_rate, int16 (n,) or (n, ch)), as Gradio gives it."""
     session = configured(model, session, threshold, gain_db, keywords)
     if chunk is not None and len(chunk[1]):
@@ -74,7 +91,7 @@ def on_chunk(model: KeywordModel, chunk, session, threshold: float | None, gain_
     return views(session)
 
 
-def on_file(model: KeywordModel, path, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
+def on_file(model: Served, path, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
     """An uploaded file through the streaming path; a file that is not audio → a warning."""
     session = configured(model, session, threshold, gain_db, keywords)
     if path:
@@ -91,8 +108,8 @@ def warn(session: DemoSession, error: Exception) -> None:
     gr.Warning(str(error))
 
 
-def on_clear(model: KeywordModel, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
-    session = session or DemoSession(model, slider_threshold(model, threshold))
+def on_clear(model: Served, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
+    session = session or new_session(model, slider_threshold(model, threshold))
     session.clear()
     session.log.clear()
     session.timings.clear()
@@ -107,8 +124,9 @@ def on_stop(session) -> None:
 
 # ─── the page ───
 
-def build_demo(model: KeywordModel | None = None) -> gr.Blocks:
-    """The page on `model` (default: the bundled DEFAULT_MODEL), shared by every visitor."""
+def build_demo(model: Served | None = None) -> gr.Blocks:
+    """The page on `model` (default: the bundled DEFAULT_MODEL) or on a wake word and its
+    commands (an Assistant), shared by every visitor."""
     model = model if model is not None else KeywordModel()
     with gr.Blocks(title="rotkws demo", analytics_enabled=False, delete_cache=CACHE_SWEEP) as demo:
         session = gr.State(None, time_to_live=SESSION_TTL_S)     # the visitor's DemoSession
@@ -117,25 +135,33 @@ def build_demo(model: KeywordModel | None = None) -> gr.Blocks:
     return demo
 
 
-def slider_start(model: KeywordModel) -> tuple[float, str]:
-    """The threshold slider's first value (the model's operating point; its median when the
-    model has one threshold per keyword) and, then, those thresholds as text."""
-    point = detection_settings(model, {})["threshold"]
+def slider_start(model: Served) -> tuple[float, str]:
+    """The threshold slider's first value (the model's operating point, the wake model's on a
+    two-stage page; its median when the model has one threshold per keyword) and, then, those
+    thresholds as text."""
+    point = detection_settings(thresholded(model), {})["threshold"]
     if not isinstance(point, dict):
         return float(np.clip(point, *THRESHOLD_RANGE)), ""
     start = float(np.clip(np.round(np.median(list(point.values())), 2), *THRESHOLD_RANGE))
     return start, ", ".join(f"{k} {v:.2f}" for k, v in point.items())
 
 
-def slider_threshold(model: KeywordModel, value: float | None) -> float | None:
+def thresholded(model: Served) -> KeywordModel:
+    """The model whose threshold the slider sets: the wake model on a two-stage page."""
+    return model.wake if isinstance(model, Assistant) else model
+
+
+def slider_threshold(model: Served, value: float | None) -> float | None:
     """The slider's value as a threshold: None (the model's own operating point, per keyword
     where it has one) while the slider stays where it started."""
     return None if value is None or value == slider_start(model)[0] else value
 
 
-def layout(model: KeywordModel) -> SimpleNamespace:
+def layout(model: Served) -> SimpleNamespace:
     """The components: controls on the left, what the spotter hears on the right."""
-    gr.Markdown(INTRO.format(keywords=", ".join(f"*{k}*" for k in model.keywords)))
+    gr.Markdown(intro(model))
+    wake = isinstance(model, Assistant)
+    listen = model.commands.keywords if wake else model.keywords
     ui = SimpleNamespace()
     operating_point, per_keyword = slider_start(model)
     with gr.Row():
@@ -146,26 +172,45 @@ def layout(model: KeywordModel) -> SimpleNamespace:
                                  label="Or run an audio file through the same path", elem_id="upload")
             note = (f" · starts at the model's per keyword ({per_keyword}); moving it sets one for all"
                     if per_keyword else "")
+            what = "wake-word probability to open a command window" if wake else "keyword probability to detect"
             ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=operating_point, step=0.01,
-                                     label=f"Threshold (keyword probability to detect{note})", elem_id="threshold")
+                                     label=f"Threshold ({what}{note})", elem_id="threshold")
             ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
                                 label="Sensitivity (input gain, dB)", elem_id="sensitivity")
-            ui.keywords = gr.CheckboxGroup(list(model.keywords), value=list(model.keywords),
-                                           label="Listen for (the others never fire)", elem_id="listen")
+            ui.keywords = gr.CheckboxGroup(list(listen), value=list(listen), elem_id="listen",
+                                           label=f"Listen for{' commands' if wake else ''} (the others never fire)")
             ui.clear = gr.Button("Clear", elem_id="clear")
         with gr.Column(scale=2, min_width=420):
             ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="scores")
-            colors = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.keywords)}
-            ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1], color_map=colors,
+            title = "Wake word and command scores" if wake else "Keyword scores"
+            ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1], color_map=plot_colors(model),
                                   x_title="time since start (s)", y_title="probability",
-                                  label=f"Keyword scores, last {PLOT_WINDOW_S:g} s", elem_id="plot")
+                                  label=f"{title}, last {PLOT_WINDOW_S:g} s", elem_id="plot")
             ui.log = gr.Textbox(label="Detections (newest first)", elem_id="detections",
                                 lines=8, max_lines=8, interactive=False)
             ui.latency = gr.Markdown("Waiting for audio.", elem_id="latency")
     return ui
 
 
-def wire(model: KeywordModel, session: gr.State, ui: SimpleNamespace) -> None:
+def intro(model: Served) -> str:
+    """What the page asks the visitor to say."""
+    if not isinstance(model, Assistant):
+        return INTRO.format(keywords=", ".join(f"*{k}*" for k in model.keywords))
+    return INTRO_WAKE.format(wake=" or ".join(f"*{k}*" for k in model.wake_words), window=model.spotter().window_s,
+                             commands=", ".join(f"*{k}*" for k in model.commands.keywords))
+
+
+def plot_colors(model: Served) -> dict[str, str]:
+    """One fixed colour per series of the plot: each keyword's from PALETTE; on a two-stage page
+    the wake words' WAKE_COLOR, the commands' and the window's WINDOW_COLOR."""
+    if not isinstance(model, Assistant):
+        return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.keywords)}
+    wake = {wake_series(k): WAKE_COLOR for k in model.wake_words}
+    commands = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.commands.keywords)}
+    return wake | commands | {WINDOW_SERIES: WINDOW_COLOR}
+
+
+def wire(model: Served, session: gr.State, ui: SimpleNamespace) -> None:
     """The events: every handler gets the shared model, the visitor's session and the controls."""
     bind = lambda fn: lambda *args: fn(model, *args)   # noqa: E731
     inputs = [session, ui.threshold, ui.gain, ui.keywords]
@@ -210,7 +255,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name})")
     p.add_argument("--host", default=HOST, help=f"address to bind (default {HOST}; 0.0.0.0 for all)")
     p.add_argument("--port", type=port_number, default=PORT, help=f"port, 1–65535 (default {PORT})")
-    return p.parse_args(argv)
+    two = p.add_argument_group("a wake word, then a command (app/twostage.py)")
+    two.add_argument("--wake", type=Path, default=None, metavar="W.onnx", help="a wake-word model (`rotkws "
+                     "enroll`): the page listens for it, then for a command in the window it opens (its "
+                     f"metadata's window_s, else {WINDOW_S:g} s)")
+    two.add_argument("--commands", type=Path, default=None, metavar="C.onnx", help="the command model, whose "
+                     f"keywords are the commands (default: the bundled {DEFAULT_MODEL.name})")
+    two.add_argument("--wake-keywords", type=keyword_list, default=None, metavar="K,…", help="the wake model's "
+                     "keywords that open a window, separated by commas (default: all of them)")
+    args = p.parse_args(argv)
+    if args.wake is None and (args.commands is not None or args.wake_keywords is not None):
+        p.error("--commands and --wake-keywords need --wake (the wake word that opens each command window)")
+    if args.wake is not None and args.model is not None:
+        p.error("--model and --wake: give the wake word as --wake and the commands as --commands")
+    return args
 
 
 def port_number(text: str) -> int:
@@ -232,24 +290,51 @@ def check_bindable(host: str, port: int) -> str | None:
         return e.strerror or str(e)
 
 
+def load_models(args: argparse.Namespace) -> Served:
+    """What the arguments ask the page to run; ValueError (ModelError among them) naming the
+    option and what was wrong with it."""
+    for option in ("model", "wake", "commands"):
+        path = getattr(args, option)
+        if path is not None and not path.is_file():
+            raise ValueError(f"--{option}: no model at {path}; expected a streaming .onnx file")
+    if args.wake is None:
+        return KeywordModel(args.model)
+    wake = loaded("--wake", args.wake)
+    try:
+        keywords = None if args.wake_keywords is None else listened(wake, args.wake_keywords)
+    except ValueError as e:
+        raise ValueError(f"--wake-keywords: {e}") from None
+    same = (args.commands or DEFAULT_MODEL).resolve() == args.wake.resolve()
+    commands = wake if same else loaded("--commands", args.commands)   # one KeywordModel per file
+    try:
+        return Assistant(wake, commands, keywords)
+    except ValueError as e:                     # rates or hops that differ
+        raise ValueError(f"--wake {wake.path} and --commands {commands.path} do not fit: {e}") from None
+
+
+def loaded(option: str, path: Path | None) -> KeywordModel:
+    try:
+        return KeywordModel(path)
+    except ModelError as e:
+        raise ModelError(f"{option}: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.model is not None and not args.model.is_file():
-        print(f"rotkws demo: no model at {args.model}; expected a streaming .onnx file", file=sys.stderr)
-        return 2
     try:
-        model = KeywordModel(args.model)
-    except ModelError as e:
+        runs = load_models(args)
+    except ValueError as e:
         print(f"rotkws demo: {e}", file=sys.stderr)
         return 2
+    model = runs.wake if isinstance(runs, Assistant) else runs   # served to /web
     problem = check_bindable(args.host, args.port)
     if problem:
         print(f"rotkws demo: cannot listen on {args.host}:{args.port}: {problem} "
               f"(choose another --port or --host)", file=sys.stderr)
         return 2
-    app = build_app(build_demo(model), model_path=model.path)
+    app = build_app(build_demo(runs), model_path=model.path)
     print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)
     if WEB_DIR.is_dir():
         query = "" if model.path == DEFAULT_MODEL else f"?model=../models/{model.path.name}"

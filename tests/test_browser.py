@@ -1,11 +1,13 @@
 """The demo page in a real browser: Debian's Chromium hears a real clip through its fake
-microphone, the page streams it to the server, and the detection log shows the keyword.
+microphone, the page streams it to the server, and the detection log shows the keyword; on the
+two-stage page (`rotkws demo --wake`), a real wake word and then a real command.
 
 Chromium plays `--use-file-for-fake-audio-capture` in a loop as the microphone. Without
 /usr/bin/chromium the tests skip with the reason; under CI (CI=true) they fail instead.
 """
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,9 @@ import soundfile as sf
 
 from benchmarks.demo_client import DemoServer
 from app.spotter import KeywordModel
-from test_demo import BROWSER_RATE, KEYWORD_CLIPS, at_48k, require_default_model, stream
+from test_demo import (BROWSER_RATE, COMMAND, KEYWORD_CLIPS, WAKE_KEYWORDS, WAKE_MODEL, at_48k, logged,
+                       require_default_model, stream, wake_then)
+from test_demo import assistant, command_clip, model, wake_clip, wake_word, window_s   # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -171,4 +175,39 @@ def test_microphone_stream_hears_each_of_the_ten_keywords(chromium, ten_words_48
             arg=["#detections textarea", words], timeout=WORDS_TIMEOUT_MS)
         heard = set(logged_keywords(detections(tab)))
         assert set(words) <= heard, f"heard {sorted(heard)}; expected all of {words}"
+        tab.locator("#mic").get_by_role("button", name="Stop").click()
+
+
+# ─── a wake word, then a command ───
+
+@pytest.fixture(scope="module")
+def wake_command_48k(wake_clip, command_clip, tmp_path_factory) -> Path:
+    """The real wake-word recording, then the real command (test_demo's surest through the
+    handler), then silence: what the fake microphone plays for the two-stage page."""
+    path = tmp_path_factory.mktemp("mic") / "wake_command_48k.wav"
+    sf.write(path, wake_then(wake_clip, command_clip), BROWSER_RATE, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wake_server() -> str:
+    """`rotkws demo --wake WAKE_MODEL [--wake-keywords …]`, the bundled model as the commands."""
+    command = [sys.executable, "-m", "app.cli", "demo", "--wake", str(WAKE_MODEL)]
+    if WAKE_KEYWORDS is not None:
+        command += ["--wake-keywords", ",".join(WAKE_KEYWORDS)]
+    with DemoServer(command=command) as url:
+        yield url
+
+
+def test_wake_page_hears_the_wake_word_then_the_command(chromium, wake_command_48k, wake_server, wake_word):
+    """The page asks for the wake word and then a command; said into the microphone, the log
+    shows the wake word and, above it, the command heard in its window."""
+    for tab in open_page(chromium, wake_command_48k, wake_server):
+        assert f"say {wake_word}, then a command" in tab.locator("body").inner_text()
+        tab.locator("#mic").get_by_role("button", name="Record").click()
+        wait_for_log(tab, f"command after {wake_word}")
+        lines = logged(detections(tab))
+        heard = lines.index((COMMAND, f"command after {wake_word}"))
+        assert lines[heard + 1][0] == wake_word and lines[heard + 1][1].startswith("wake word"), lines
+        assert tab.locator("#plot svg").count(), "the score plot did not draw"
         tab.locator("#mic").get_by_role("button", name="Stop").click()
