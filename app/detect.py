@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
-from app.twostage import COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S, WakeCommandSpotter
+from app.twostage import (COMMAND_CONFIDENT, COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S,
+                          WakeCommandSpotter)
 from corpus.clips import ClipError, audio_blocks
 
 BLOCK_SECONDS = 1.0   # read files in blocks of this length
@@ -83,7 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     two.add_argument("--window", type=float, default=None, help="seconds the command model listens after a "
                      f"wake word (default: the wake model's metadata, else {WINDOW_S:g})")
     two.add_argument("--command-threshold", type=float, default=COMMAND_THRESHOLD,
-                     help="smoothed probability of a command inside the window (default: %(default)s)")
+                     help="the smoothed probability a command's peak in the window must reach (default: %(default)s)")
+    two.add_argument("--command-confident", type=float, default=COMMAND_CONFIDENT,
+                     help="a command this sure closes the window at once (default: %(default)s)")
     two.add_argument("--command-state", choices=COMMAND_STATES, default=COMMAND_STATE,
                      help="reset: the command model runs in the window only, from the zero state; carried: "
                      "on every hop (default: %(default)s)")
@@ -105,7 +108,8 @@ def make_spotter(args) -> KeywordSpotter:
         raise ValueError("--model and --wake: give the wake word as --wake and the commands as --commands")
     return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands), window_s=args.window,
                               command_state=args.command_state, command_keywords=args.keywords,
-                              command_threshold=args.command_threshold, **rule)
+                              command_threshold=args.command_threshold,
+                              command_confident=args.command_confident, **rule)
 
 
 def stream_file(spotter: KeywordSpotter, path: Path):

@@ -10,29 +10,35 @@ other languages):
 
 1. The wake model runs on every hop, its state carried, through the detection rule of
    app/detection.py with its own settings (the threshold `enroll` stored).
-2. When it fires and no window is open, a command window opens: for the next `window_s`
-   seconds (WINDOW_S, or the wake model's metadata `detection.window_s`) the command model's
-   rows go through a fresh detector of its own (COMMAND_THRESHOLD: inside a window the false
-   accepts per hour are the wake word's, so the command model's always-on operating point is
-   too strict). With `command_state="reset"` the command model runs only inside windows, from
-   silence at the wake word (the zero state; a clip model's window of zeros); with "carried" it runs on every hop (twice the CPU).
-3. The window closes at the first command detection (the event's command) or after its last
-   hop (command None: nothing heard, or only `_unknown_` / `_silence_`). While it is open the
+2. When it fires and no window is open, a command window opens for the next `window_s`
+   seconds (WINDOW_S, or the wake model's metadata `detection.window_s`). With
+   `command_state="reset"` the command model runs only inside windows, from silence at the wake
+   word (the zero state; a clip model's window of zeros); with "carried" it runs on every hop
+   (twice the CPU).
+3. Inside the window the command model's rows are smoothed as the runtime smooths them
+   (app/detection.py, the command model's `smoothing`). A command it is sure of closes the
+   window at once: the detection rule with COMMAND_CONFIDENT as its threshold (`min_hops` hops
+   in a row). Otherwise the window closes after its last hop with the command whose smoothed
+   score peaked highest in it, at the hop of that peak, if the peak reached `command_threshold`
+   (COMMAND_THRESHOLD: low, since inside a window the false accepts per hour are the wake
+   word's) and no other keyword of the command model (one not listened for) scored higher
+   there; else with None (nothing heard, or only `_unknown_` / `_silence_`). While it is open the
    wake word's detections are not reported; when it closes, the wake word's detector starts
    afresh (its smoothing and run forgotten) and listens again.
-4. At a stream's end (`flush`), an open window closes with what was heard by then; times in
-   the flushed silence are the time the input ended, as for KeywordSpotter.
+4. At a stream's end (`flush`), an open window closes as at its last hop, on what it heard by
+   then; times in the flushed silence are the time the input ended, as for KeywordSpotter.
 """
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.detection import Detection, Detector
+from app.detection import Detection, check_threshold, moving_average
 from app.spotter import KeywordModel, KeywordSpotter, SpotResult
 
 WINDOW_S = 3.0            # the command window after a wake word (Porcupine + Rhino: a few seconds)
-COMMAND_THRESHOLD = 0.5   # smoothed probability of a command inside the window (BENCHMARKS.md, commands)
+COMMAND_CONFIDENT = 0.9   # a command's smoothed probability that closes the window at once …
+COMMAND_THRESHOLD = 0.3   # … else its peak in the window must reach this (BENCHMARKS.md, commands)
 COMMAND_STATES = ("reset", "carried")
 COMMAND_STATE = "reset"   # the command model runs inside windows only (BENCHMARKS.md, commands)
 
@@ -66,12 +72,13 @@ class WakeCommandSpotter(KeywordSpotter):
     """One stream's two-stage spotter; `self.model` and `self.detector` are the wake word's.
 
     commands: the command model (a KeywordModel or a path); command_keywords: the commands
-    listened for (None: all its keywords); command_threshold, command_smoothing,
-    command_min_hops: its rule inside the window; the other settings are the wake word's."""
+    listened for (None: all its keywords); command_threshold (a command's peak at the window's
+    end), command_confident (closes the window at once), command_smoothing, command_min_hops:
+    its rule inside the window; the other settings are the wake word's."""
 
     def __init__(self, wake, commands, *, window_s: float | None = None,
                  command_state: str = COMMAND_STATE, command_keywords=None,
-                 command_threshold: float | dict = COMMAND_THRESHOLD,
+                 command_threshold: float = COMMAND_THRESHOLD, command_confident: float = COMMAND_CONFIDENT,
                  command_smoothing: int | None = None, command_min_hops: int | None = None, **wake_settings):
         super().__init__(wake, **wake_settings)
         self.command_model = commands if isinstance(commands, KeywordModel) else KeywordModel(commands)
@@ -88,8 +95,11 @@ class WakeCommandSpotter(KeywordSpotter):
         self.window_s = float(window_s)
         self.window_hops = max(1, int(np.floor(self.window_s / self.hop_s + 0.5)))   # as JS's Math.round
         self.commands = KeywordSpotter(self.command_model, keywords=command_keywords,
-                                       threshold=command_threshold, smoothing=command_smoothing,
+                                       threshold=command_confident, smoothing=command_smoothing,
                                        min_hops=command_min_hops)
+        check_threshold(command_threshold, ["command_threshold"])
+        self.command_threshold = float(command_threshold)
+        self._columns = np.array([self.command_model.labels.index(k) for k in self.command_model.keywords])
         self._collect()
 
     def reset(self) -> None:
@@ -97,7 +107,7 @@ class WakeCommandSpotter(KeywordSpotter):
         if hasattr(self, "commands"):
             self.commands.reset()
         self._open: Detection | None = None      # the wake detection whose window is open
-        self._hops_open = 0
+        self._heard: list[tuple[float, np.ndarray]] = []   # the window's (time, command row)
 
     @property
     def window_open(self) -> bool:
@@ -113,7 +123,7 @@ class WakeCommandSpotter(KeywordSpotter):
         result = super().flush()
         end_s = self._samples_done / self.model.sample_rate
         if self._open is not None:
-            self._close(None)
+            self._close(self._best())
         self._events = [WakeEvent(e.wake, min(e.time_s, end_s), e.score, e.command,
                                   None if e.command_time_s is None else min(e.command_time_s, end_s),
                                   e.command_score) for e in self._events]
@@ -144,24 +154,40 @@ class WakeCommandSpotter(KeywordSpotter):
             command_row = self.commands._score_one(piece) if runs else np.full(len(self.command_model.labels), np.nan)
             self._command_rows.append(command_row)
             if self._open is not None:
-                self._hops_open += 1
-                said = self.commands.detector.update(np.array([t]), command_row[None])
-                if said:
-                    self._close(said[0])
-                elif self._hops_open >= self.window_hops:
-                    self._close(None)
+                self._heard.append((t, command_row))
+                sure = self.commands.detector.update(np.array([t]), command_row[None])
+                if sure:
+                    self._close(sure[0])
+                elif len(self._heard) >= self.window_hops:
+                    self._close(self._best())
             elif wake:
                 heard.append(wake[0])
-                self._open, self._hops_open = wake[0], 0
+                self._open, self._heard = wake[0], []
                 self.commands.detector.reset()
                 if self.command_state == "reset":
                     self.commands.forget()
         scores = np.array(rows, np.float32).reshape(len(rows), len(self.model.labels))
         return SpotResult(np.array(times, np.float64), scores, heard)
 
+    def _best(self) -> Detection | None:
+        """The command listened for whose smoothed score peaked highest in the window (the first
+        such hop and keyword on a tie), if that peak reached command_threshold and no other keyword
+        of the command model scored higher at that hop (an unticked command said is not heard as
+        the next best ticked one)."""
+        if not self._heard:
+            return None
+        rows = np.array([r for _, r in self._heard], np.float64)
+        smooth = moving_average(rows, self.commands.detector.smoothing, np.zeros((0, rows.shape[1])))
+        smooth = smooth[:, self._columns]                              # every keyword of the command model
+        listened = smooth[:, [self.command_model.keywords.index(k) for k in self.commands.keywords]]   # now
+        hop, k = np.unravel_index(int(np.argmax(listened)), listened.shape)
+        if listened[hop, k] < self.command_threshold or listened[hop, k] < smooth[hop].max():
+            return None
+        return Detection(self.commands.keywords[k], self._heard[hop][0], float(listened[hop, k]))
+
     def _close(self, said: Detection | None) -> None:
         w = self._open
         self._events.append(WakeEvent(w.keyword, w.time_s, w.score, *(
             (said.keyword, said.time_s, said.score) if said else (None, None, None))))
-        self._open, self._hops_open = None, 0
+        self._open, self._heard = None, []
         self.detector.reset()                    # the wake word listens again, afresh

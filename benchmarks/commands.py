@@ -3,9 +3,10 @@ command, on a stream, the way assistants are used → a section of BENCHMARKS.md
 
 The stream (evaluation/wakestream.py's mix: random order, 1–3 s pauses, background noise at
 10 dB SNR by peak frame energy): every testing-split clip of the ten commands (the Speech
-Commands test folder's speakers that corpus/splits.py keeps for testing; never trained on),
-each said COMMAND_GAP_S after a held-out recording of the wake phrase (the odd-numbered ones,
-cycled), as one piece under one noise crop; between them, as many utterances of the bench's
+Commands test folder's speakers that corpus/splits.py keeps for testing; never trained on), each
+said COMMAND_GAP_S after a held-out recording of the wake phrase (the odd-numbered ones, cycled,
+cut where the phrase ends: `spoken`), at the phrase's peak frame energy (one speaker says both),
+the two one piece under one noise crop; between the pieces, as many utterances of the bench's
 read speech (speakers no training or threshold used). WakeCommandSpotter runs over it as a
 microphone feeds it, for each command rule in SETTINGS.
 
@@ -35,12 +36,25 @@ from evaluation.streams import split_clips
 
 PHRASE = "alexa"              # the wake phrase of the stream (its held-out recordings)
 COMMAND_GAP_S = (0.5, 1.5)    # silence between the wake phrase and the command, uniform
+SPOKEN_DB, SPOKEN_TAIL_S = 30.0, 0.1   # where a recording's phrase ends: its last frame this close
+                                       # to its loudest, and this much after it
 SPLIT = "testing"             # the command clips' split
 SEED = 0
 FEED_S = 0.5                  # audio fed per process() call, as a microphone delivers it
-SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.3, 0.4, 0.5, 0.6, 0.7)]
+SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.2, 0.3, 0.4, 0.5)]
+SNRS_DB = (wakestream.SNR_DB, 20.0, 40.0)   # the wake-word bench's noise, then quieter rooms
 OUTCOMES = ("correct", "another", "none")
 SECTION = "commands"
+
+
+def spoken(audio: np.ndarray) -> np.ndarray:
+    """The recording up to SPOKEN_TAIL_S after its last frame within SPOKEN_DB of its loudest (the
+    wake-word recordings hold up to seconds of silence after the phrase)."""
+    w = wakestream.ENERGY_WINDOW
+    n = max(1, len(audio) // w)
+    energy = (np.pad(audio, (0, max(0, w - len(audio))))[:n * w].reshape(n, -1).astype(np.float64) ** 2).sum(1)
+    last = int(np.flatnonzero(energy >= energy.max() * 10 ** (-SPOKEN_DB / 10))[-1])
+    return audio[:(last + 1) * w + int(SPOKEN_TAIL_S * wakestream.SAMPLE_RATE)]
 
 
 def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
@@ -55,9 +69,10 @@ def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
     clips = [c for c in split_clips(data, KWS12_LABELS, SPLIT) if c.label in KWS_WORDS]
     items, pieces = [], []
     for k, i in enumerate(rng.permutation(len(clips))):
-        wake = wakes[k % len(wakes)]
+        wake = spoken(wakes[k % len(wakes)])
         gap = int(rng.uniform(*COMMAND_GAP_S) * wakestream.SAMPLE_RATE)
         command, _ = read_audio(clips[i].path)
+        command = command * np.sqrt(wakestream.peak_energy(wake) / max(wakestream.peak_energy(command), 1e-20))
         items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), command]),
                                      wakestream.PHRASE, str(len(pieces))))
         pieces.append({"word": clips[i].label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
@@ -67,12 +82,13 @@ def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
     return items, pieces
 
 
-def build(data: Path, seed: int = SEED) -> tuple[np.ndarray, list[wakestream.Event], list[dict]]:
-    """(audio, events, pieces): every item once, in random order (wakestream.build)."""
+def build(data: Path, seed: int = SEED, snr_db: float = wakestream.SNR_DB) -> tuple[np.ndarray, list[wakestream.Event], list[dict]]:
+    """(audio, events, pieces): every item once, in random order (wakestream.build), the noise
+    `snr_db` under each piece."""
     rng = np.random.default_rng(seed)
     items, pieces = command_items(data, rng)
     once = sum(len(it.audio) for it in items) / wakestream.SAMPLE_RATE + len(items) * wakestream.PAUSE_S[0]
-    audio, events = wakestream.build(items, speech.noise_bed(data), once, rng)
+    audio, events = wakestream.build(items, speech.noise_bed(data), once, rng, snr_db)
     return audio, events, pieces
 
 
@@ -116,10 +132,10 @@ def rate(r: dict, outcome: str) -> float:
 
 
 def table(results: list[dict]) -> str:
-    head = ("| command model's state | command threshold | commands after a detected wake word | correct "
+    head = ("| SNR | command model's state | command threshold | commands after a detected wake word | correct "
             "| another command | none heard | false wake-ups per hour (with a command) | CPU ms per s of audio |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-    rows = [f"| {r['state']} | {r['threshold']:g} | {r['wake_hits']} of {r['pieces']} | "
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+    rows = [f"| {r['snr_db']:g} dB | {r['state']} | {r['threshold']:g} | {r['wake_hits']} of {r['pieces']} | "
             f"{100 * rate(r, 'correct'):.1f} % | {100 * rate(r, 'another'):.1f} % | {100 * rate(r, 'none'):.1f} % | "
             f"{r['false_wakes_per_hour']:.1f} ({r['false_commands_per_hour']:.1f}) | {r['cpu_ms_per_s']:.1f} |"
             for r in results]
@@ -137,8 +153,8 @@ def describe(wake: Path, commands: Path, counts: dict, hours: float, seed: int) 
             f"recording (the odd-numbered ones, cycled), {COMMAND_GAP_S[0]:g}–{COMMAND_GAP_S[1]:g} s of "
             f"silence and a {SPLIT}-split clip of one of the ten commands (speakers never trained on), "
             f"among {counts['utterances']} utterances of the bench's read speech "
-            f"({speech.SPLIT_SOURCES['bench']}), 1–3 s pauses, noise at {wakestream.SNR_DB:g} dB SNR by "
-            f"peak frame energy. Wake word `{wake.name}` at its stored threshold; commands "
+            f"({speech.SPLIT_SOURCES['bench']}), 1–3 s pauses, background noise at the SNR of each row by "
+            f"peak frame energy (the same stream but for the noise's level). Wake word `{wake.name}` at its stored threshold; commands "
             f"`{commands.name}`, a {WINDOW_S:g}-s window. A hit: the wake word fired between the phrase's "
             f"start and the command's; its command is correct when it is the clip's word, heard no "
             f"earlier than the clip. False wake-ups per hour on this stream (the wake-word bench "
@@ -151,6 +167,8 @@ def parse_args(argv):
     p.add_argument("--wake", required=True, help=f"a wake-word ONNX file for {PHRASE!r} (`rotkws enroll {PHRASE}`)")
     p.add_argument("--commands", default=str(DEFAULT_MODEL), help="the command model (default: %(default)s)")
     p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--snr", type=float, action="append", default=None,
+                   help=f"dB by peak frame energy, repeat for several (default: {', '.join(f'{x:g}' for x in SNRS_DB)})")
     p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     p.add_argument("--json", default=None, help="also write every figure here")
     p.add_argument("--no-write", action="store_true", help="print the table; leave BENCHMARKS.md alone")
@@ -162,24 +180,26 @@ def main(argv=None) -> int:
     data = Path(args.data).resolve() if args.data else default_data_root()
     started = time.perf_counter()
     wake, commands = KeywordModel(args.wake), KeywordModel(args.commands)
-    audio, events, pieces = build(data, args.seed)
-    hours = len(audio) / wakestream.SAMPLE_RATE / 3600
-    counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events),
-              "utterances": sum(e.kind == wakestream.SPEECH for e in events)}
-    print(f"stream: {hours:.2f} h, {counts['pieces']} commands after the wake word", file=sys.stderr)
     results = []
-    for state, threshold in SETTINGS:
-        spotter = WakeCommandSpotter(wake, commands, command_state=state, command_threshold=threshold)
-        cpu = time.process_time()
-        found = run(spotter, audio)
-        r = score(found, events, pieces, hours) | {"state": state, "threshold": threshold,
-                                                   "cpu_ms_per_s": 1000 * (time.process_time() - cpu) / (hours * 3600)}
-        results.append(r)
-        print(f"{state} {threshold:g}: {r['wake_hits']} hits, correct {100 * rate(r, 'correct'):.1f} %, "
-              f"another {100 * rate(r, 'another'):.1f} %, none {100 * rate(r, 'none'):.1f} %", file=sys.stderr)
+    for snr in args.snr or SNRS_DB:
+        audio, events, pieces = build(data, args.seed, snr)
+        hours = len(audio) / wakestream.SAMPLE_RATE / 3600
+        counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events),
+                  "utterances": sum(e.kind == wakestream.SPEECH for e in events)}
+        print(f"stream at {snr:g} dB: {hours:.2f} h, {counts['pieces']} commands after the wake word", file=sys.stderr)
+        for state, threshold in SETTINGS:
+            spotter = WakeCommandSpotter(wake, commands, command_state=state, command_threshold=threshold)
+            cpu = time.process_time()
+            found = run(spotter, audio)
+            r = score(found, events, pieces, hours) | {
+                "snr_db": snr, "state": state, "threshold": threshold,
+                "cpu_ms_per_s": 1000 * (time.process_time() - cpu) / (hours * 3600)}
+            results.append(r)
+            print(f"{snr:g} dB {state} {threshold:g}: {r['wake_hits']} hits, correct {100 * rate(r, 'correct'):.1f} %, "
+                  f"another {100 * rate(r, 'another'):.1f} %, none {100 * rate(r, 'none'):.1f} %", file=sys.stderr)
     text = table(results)
-    shipped = next(r for r in results if r["state"] == COMMAND_STATE and r["threshold"] == COMMAND_THRESHOLD)
-    words = per_word_table(shipped)
+    shipped = [r for r in results if r["state"] == COMMAND_STATE and r["threshold"] == COMMAND_THRESHOLD]
+    words = per_word_table(shipped[0])
     note = textwrap.fill(describe(Path(args.wake), Path(args.commands), counts, hours, args.seed), 100)
     print(text + "\n\n" + words)
     if args.json:
@@ -187,7 +207,8 @@ def main(argv=None) -> int:
     if not args.no_write:
         minutes = (time.perf_counter() - started) / 60
         write_section(SECTION, "Wake word, then a command",
-                      f"{text}\n\nPer command at the shipped rule ({COMMAND_STATE}, {COMMAND_THRESHOLD:g}):\n\n"
+                      f"{text}\n\nPer command at the shipped rule ({COMMAND_STATE}, {COMMAND_THRESHOLD:g}), "
+                      f"{shipped[0]['snr_db']:g} dB:\n\n"
                       f"{words}\n\n{note} This run: {minutes:.0f} min.")
     return 0
 

@@ -590,12 +590,12 @@ def test_wake_page_controls_set_the_wake_threshold_and_the_commands(assistant, w
                                                                      window_s):
     """The slider is the wake word's threshold; the listen boxes are the commands."""
     audio = wake_then(wake_clip, command_clip, tail_s=window_s)
-    others = [k for k in assistant.commands.keywords if k != COMMAND]
+    others = [k for k in assistant.commands.keywords if k != COMMAND and k not in assistant.wake_words]
     lower = round(demo.slider_start(assistant)[0] - 0.05, 2)   # moved a little below the operating point
     session = None
     for piece in split(audio, (PIECE_S,)):
         *_, session = demo.on_chunk(assistant, (BROWSER_RATE, piece), session, lower, 0.0, others)
-    assert session.spotter.threshold == lower and session.spotter.commands.threshold == COMMAND_THRESHOLD
+    assert session.spotter.threshold == lower and session.spotter.command_threshold == COMMAND_THRESHOLD
     assert session.spotter.keywords == assistant.wake_words
     assert session.spotter.commands.keywords == tuple(others)
     assert [(e.wake, e.command) for e in session.events] == [(wake_word, None)], "an unticked command is not heard"

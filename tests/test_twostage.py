@@ -85,6 +85,20 @@ def test_the_window_times_out_after_window_s_and_the_wake_word_listens_again(mod
     assert sp.window_hops == 3
 
 
+def test_a_command_not_sure_enough_to_close_the_window_is_its_peak_at_the_window_end(model, scene):
+    audio, at = scene
+    sure = [e for r in feed(spotter(model), audio) for e in r.events]
+    results = feed(spotter(model, command_confident=1.0), audio)          # never sure: the peaks decide
+    late = [e for r in results for e in r.events]
+    assert [e.command for e in late] == [e.command for e in sure] == ["left", None, "stop"]
+    assert late[0].command_score >= sure[0].command_score                 # the peak, not the first hop over
+    assert at["left"] <= late[0].command_time_s < at["left"] + 1.0
+    closed = next(i for i, r in enumerate(results) if r.events)           # … but only once the window ended
+    assert results[closed].times[-1] >= late[0].time_s + 3.0 - 1e-9 or closed == len(results) - 1
+    none = [e for r in feed(spotter(model, command_confident=1.0, command_threshold=1.0), audio) for e in r.events]
+    assert [e.command for e in none] == [None, None, None]
+
+
 def test_wake_words_while_a_window_is_open_are_not_reported(model):
     audio = np.concatenate([silence(0.5), clip("yes"), silence(0.8), clip("yes"), silence(4.0)])
     alone = [d for r in feed(KeywordSpotter(model, keywords=["yes"], refractory_s=0.0), audio) for d in r.detections]
@@ -206,11 +220,26 @@ def test_the_bench_stream_puts_each_command_where_it_says(shared_data):
     assert {p["word"] for p in pieces} == set(commands.KWS_WORDS)
     gaps = [p["command_at_s"] for p in pieces]
     assert min(gaps) > commands.COMMAND_GAP_S[0]
-    # the command clip is the item's tail, starting where the piece says: a testing-split clip of its word
+    # the command clip is the item's tail, starting where the piece says: a testing-split clip of
+    # its word, at the wake phrase's level
     by_word = {}
     for c in split_clips(shared_data, KWS12_LABELS, "testing"):
         by_word.setdefault(c.label, []).append(c.path)
     for it, p in list(zip(phrase, pieces))[:20]:
         tail = it.audio[round(p["command_at_s"] * wakestream.SAMPLE_RATE):]
-        assert any(len(tail) == len(a) and np.array_equal(tail, a)
+        scaled = lambda x: x / np.abs(x).max()
+        assert any(len(tail) == len(a) and np.allclose(scaled(tail), scaled(a), atol=1e-6)
                    for a in (read_audio(path)[0] for path in by_word[p["word"]]))
+        wake = it.audio[:round(p["command_at_s"] * wakestream.SAMPLE_RATE)]
+        ratio = wakestream.peak_energy(tail) / wakestream.peak_energy(wake)
+        assert ratio == pytest.approx(1.0, rel=1e-3)
+
+
+def test_a_wake_recording_is_cut_where_its_phrase_ends():
+    from benchmarks.commands import SPOKEN_TAIL_S, spoken
+    t = np.arange(RATE) / RATE
+    tone = 0.5 * np.sin(2 * np.pi * 440 * t[:RATE // 2]).astype(np.float32)
+    audio = np.concatenate([silence(0.5), tone, 1e-4 * np.ones(2 * RATE, np.float32)])
+    cut = spoken(audio)
+    assert 1.0 + SPOKEN_TAIL_S <= len(cut) / RATE <= 1.0 + SPOKEN_TAIL_S + 512 / RATE
+    assert np.array_equal(cut, audio[:len(cut)])

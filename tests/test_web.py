@@ -24,7 +24,7 @@ import soxr
 
 from app.detection import detect
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
-from app.twostage import COMMAND_STATES, WakeCommandSpotter
+from app.twostage import COMMAND_CONFIDENT, COMMAND_STATES, WakeCommandSpotter
 from conftest import CLIPS, REPO
 from corpus.clips import read_audio
 from onnx_models import LABELS, META, exported
@@ -292,6 +292,8 @@ def test_javascript_two_stage_spotter_matches_python(command_state, node, tmp_pa
     heard = python_track(KeywordSpotter(model, keywords=WAKE), audio, model.sample_rate)[2]
     assert {e["command"] for e in ref["events"]} == {None, *COMMANDS}, ref["events"]   # commands and a timeout
     assert ref["events"][-1]["commandTimeS"] == end_s, ref["events"][-1]              # one heard in the silence
+    sure = {e["commandScore"] >= COMMAND_CONFIDENT for e in ref["events"] if e["command"]}
+    assert sure == {True, False}, ref["events"]     # windows closed at once and by their peak at the end
     assert len(heard) > len(ref["detections"]) >= 5, (heard, ref["detections"])       # one dropped in a window
     sf.write(tmp_path / "stream.wav", audio, model.sample_rate, subtype="FLOAT")
     ref |= {"model": str(model.path), "wav": str(tmp_path / "stream.wav"), "chunks": STREAM_CHUNKS,

@@ -553,7 +553,8 @@ function emptyResult() {
 // ─── two stages: a wake word, then a command (app/twostage.py) ───
 
 export const WINDOW_S = 3.0;            // the command window after a wake word (Porcupine + Rhino: a few seconds)
-export const COMMAND_THRESHOLD = 0.5;   // smoothed probability of a command inside the window (BENCHMARKS.md, commands)
+export const COMMAND_CONFIDENT = 0.9;   // a command's smoothed probability that closes the window at once …
+export const COMMAND_THRESHOLD = 0.3;   // … else its peak in the window must reach this (BENCHMARKS.md, commands)
 export const COMMAND_STATES = Object.freeze(['reset', 'carried']);
 export const COMMAND_STATE = 'reset';   // the command model runs inside windows only (BENCHMARKS.md, commands)
 
@@ -565,19 +566,22 @@ export const COMMAND_STATE = 'reset';   // the command model runs inside windows
  * 1. the wake model scores the hop, its state carried, and its detector takes the row;
  * 2. the command model scores it too when commandState is 'carried' or a window is open (else
  *    its row is NaN);
- * 3. in an open window, the command detector (fresh at each window) takes that row: its first
- *    detection closes the window with that command; else, after windowHops hops (windowS
- *    rounded to hops), the window closes with command null;
+ * 3. in an open window, the command detector (fresh at each window, COMMAND_CONFIDENT as its
+ *    threshold) takes that row: its first detection closes the window with that command; else,
+ *    after windowHops hops (windowS rounded to hops), the window closes with the command whose
+ *    smoothed score peaked highest in it (the first such hop and keyword on a tie), at that hop,
+ *    if the peak reached commandThreshold and no other keyword of the command model scored
+ *    higher there, else with command null;
  * 4. else a wake detection opens a window (and is reported): the command detector restarts and,
  *    with commandState 'reset', the command model's memory goes back to silence. Wake detections
  *    while a window is open are not reported; when the window closes, the wake detector restarts.
  *
- * flush() is KeywordSpotter's for both models; a window still open after it closes with command
- * null; times in the flushed silence are the time the input ended.
+ * flush() is KeywordSpotter's for both models; a window still open after it closes as at its
+ * last hop; times in the flushed silence are the time the input ended.
  *
  * options: windowS (default: the wake model's `detection.window_s` metadata, else WINDOW_S),
  * commandState (COMMAND_STATES), commandKeywords (default all the command model's),
- * commandThreshold (default COMMAND_THRESHOLD; null: the command model's metadata),
+ * commandThreshold (default COMMAND_THRESHOLD), commandConfident (default COMMAND_CONFIDENT),
  * commandSmoothing, commandMinHops (default the command model's metadata, else
  * DETECTION_DEFAULTS); the others (keywords, threshold, smoothing, minHops, refractoryS, flushS)
  * are the wake word's, as for KeywordSpotter. `process` and `flush` return promises of
@@ -590,7 +594,7 @@ export class WakeCommandSpotter extends KeywordSpotter {
   constructor(wake, commands, options = {}) {
     super(wake, options);
     const { commandState = COMMAND_STATE, commandKeywords, commandThreshold = COMMAND_THRESHOLD,
-      commandSmoothing, commandMinHops } = options;
+      commandConfident = COMMAND_CONFIDENT, commandSmoothing, commandMinHops } = options;
     if (!(commands instanceof KeywordModel)) {
       throw new TypeError('expected the command model as a KeywordModel (await KeywordModel.load(ort, source))');
     }
@@ -608,8 +612,10 @@ export class WakeCommandSpotter extends KeywordSpotter {
     this.windowS = windowSeconds(options.windowS, wake.detection);
     this.windowHops = Math.max(1, Math.round(this.windowS / this.hopS));
     this.commands = new KeywordSpotter(commands, { keywords: commandKeywords ?? undefined,
-      threshold: commandThreshold ?? undefined, smoothing: commandSmoothing ?? undefined,
+      threshold: commandConfident ?? undefined, smoothing: commandSmoothing ?? undefined,
       minHops: commandMinHops ?? undefined });
+    [this.commandThreshold] = checkThreshold(commandThreshold, ['commandThreshold']);
+    this._columns = commands.keywords.map((k) => commands.labels.indexOf(k));
     this._collect();
   }
 
@@ -620,7 +626,7 @@ export class WakeCommandSpotter extends KeywordSpotter {
     super._reset();
     this.commands?._reset();              // undefined while KeywordSpotter's constructor runs
     this._open = null;                    // the wake detection whose window is open
-    this._hopsOpen = 0;
+    this._heard = [];                     // the window's [time, command row]
   }
 
   async _consume(audio) {
@@ -632,7 +638,7 @@ export class WakeCommandSpotter extends KeywordSpotter {
     this._collect();
     const result = await super._flush();
     const endS = this._samplesDone / this.model.sampleRate;
-    if (this._open !== null) this._close(null);
+    if (this._open !== null) this._close(this._best());
     this._events = this._events.map((e) => ({ ...e, timeS: Math.min(e.timeS, endS),
       commandTimeS: e.commandTimeS === null ? null : Math.min(e.commandTimeS, endS) }));
     this._commandRows = this._commandRows.slice(0, result.times.length);   // the silence's rows are not returned
@@ -664,14 +670,14 @@ export class WakeCommandSpotter extends KeywordSpotter {
         : new Float32Array(this.commandModel.labels.length).fill(NaN);
       this._commandRows.push(commandRow);
       if (this._open !== null) {
-        this._hopsOpen += 1;
-        const said = this.commands.detector.update([t], [commandRow]);
-        if (said.length) this._close(said[0]);
-        else if (this._hopsOpen >= this.windowHops) this._close(null);
+        this._heard.push([t, commandRow]);
+        const sure = this.commands.detector.update([t], [commandRow]);
+        if (sure.length) this._close(sure[0]);
+        else if (this._heard.length >= this.windowHops) this._close(this._best());
       } else if (wake.length) {
         heard.push(wake[0]);
         this._open = wake[0];
-        this._hopsOpen = 0;
+        this._heard = [];
         this.commands.detector.reset();
         if (this.commandState === 'reset') this.commands._forget();
       }
@@ -679,12 +685,34 @@ export class WakeCommandSpotter extends KeywordSpotter {
     return { times: Float64Array.from(times), scores, detections: heard };
   }
 
+  /** The command listened for whose smoothed score peaked highest in the window (the first such
+   * hop and keyword on a tie), if that peak reached commandThreshold and no other keyword of the
+   * command model scored higher at that hop; else null. */
+  _best() {
+    const n = this.commands.detector.smoothing;
+    const listened = this.commands.keywords.map((k) => this.commandModel.keywords.indexOf(k));   // now
+    let best = null;
+    this._heard.forEach(([t], i) => {
+      const window = this._heard.slice(Math.max(0, i - n + 1), i + 1).map(([, row]) => row);
+      const smooth = this._columns.map((c) => window.reduce((sum, row) => sum + row[c], 0) / window.length);
+      const top = Math.max(...smooth);
+      listened.forEach((k) => {
+        if (best === null || smooth[k] > best.score) {
+          best = { keyword: this.commandModel.keywords[k], timeS: t, score: smooth[k], top };
+        }
+      });
+    });
+    if (best === null || best.score < this.commandThreshold || best.score < best.top) return null;
+    const { top, ...said } = best;
+    return said;
+  }
+
   _close(said) {
     const w = this._open;
     this._events.push({ wake: w.keyword, timeS: w.timeS, score: w.score, command: said?.keyword ?? null,
       commandTimeS: said?.timeS ?? null, commandScore: said?.score ?? null });
     this._open = null;
-    this._hopsOpen = 0;
+    this._heard = [];
     this.detector.reset();                // the wake word listens again, afresh
   }
 }

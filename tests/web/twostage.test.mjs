@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 
 import * as ort from 'onnxruntime-node';
 
-import { COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, KeywordModel, KeywordSpotter, WINDOW_S,
-  WakeCommandSpotter } from '../../app/web/rotkws.js';
+import { COMMAND_CONFIDENT, COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, KeywordModel, KeywordSpotter,
+  WINDOW_S, WakeCommandSpotter } from '../../app/web/rotkws.js';
 import { readWav } from './wav.mjs';
 
 const MODEL = fileURLToPath(new URL('../../app/models/kws12.onnx', import.meta.url));
@@ -19,6 +19,7 @@ const skip = existsSync(MODEL) ? false : `${MODEL} is not there: these tests run
 const model = skip ? null : await KeywordModel.load(ort, MODEL);
 
 const WAKE = { keywords: ['yes'], commandKeywords: ['left', 'right', 'stop'] };
+const SURE = { ...WAKE, commandConfident: 0.5 };     // a command over 0.5 closes the window at once
 const YES = 'yes/03401e93_nohash_0.wav', LEFT = 'left/0487ba9b_nohash_0.wav';
 const CHUNKS = [1, 333, 4000, 1600, 7919];       // uneven pieces, as a stream may come
 
@@ -54,10 +55,10 @@ function withMeta(m, changes) {
   return new KeywordModel(m.ort, m.session, m.metadata, meta, `${m.name} with ${JSON.stringify(changes)}`);
 }
 
-test('a wake word opens a command window; the first command heard closes it', { skip }, async () => {
+test('a wake word opens a command window; the first command it is sure of closes it', { skip }, async () => {
   const audio = stream(0.5, YES, 0.6, LEFT, 1.0);
   const { windowHops } = new WakeCommandSpotter(model, model, WAKE);
-  const got = await spot(new WakeCommandSpotter(model, model, WAKE), audio);
+  const got = await spot(new WakeCommandSpotter(model, model, SURE), audio);
   assert.equal(got.events.length, 1);
   const [e] = got.events;
   assert.deepEqual([e.wake, e.command], ['yes', 'left']);
@@ -68,12 +69,25 @@ test('a wake word opens a command window; the first command heard closes it', { 
   assert.equal(got.commandScores.length, got.times.length);
   assert.deepEqual(got.commandScores.map(ran), got.times.map((_, i) => i > w && i <= c));   // reset: the window's hops only
 
-  const spotter = new WakeCommandSpotter(model, model, WAKE);                // the same, cut after the wake word
+  const spotter = new WakeCommandSpotter(model, model, SURE);                // the same, cut after the wake word
   const hop = model.hopSamples;
   const first = await spotter.process(audio.subarray(0, (w + 1) * hop));
   assert.deepEqual([first.windowOpen, spotter.windowOpen, first.events, first.detections.length], [true, true, [], 1]);
   const rest = await spotter.process(audio.subarray((w + 1) * hop));
   assert.deepEqual([rest.windowOpen, rest.events, rest.detections], [false, [e], []]);
+});
+
+test('a command it is not sure of: the window runs to its end, then the peak decides', { skip }, async () => {
+  const audio = stream(0.5, YES, 0.6, LEFT, 4.0);
+  const sure = (await spot(new WakeCommandSpotter(model, model, SURE), audio)).events;
+  const got = await spot(new WakeCommandSpotter(model, model, { ...WAKE, commandConfident: 1 }), audio);
+  assert.deepEqual(got.events.map((e) => e.command), ['left']);
+  const [e] = got.events;
+  assert.ok(e.commandScore >= sure[0].commandScore && e.commandScore >= COMMAND_THRESHOLD);   // the peak
+  const w = got.times.indexOf(e.timeS), windowHops = 30;
+  assert.deepEqual(got.commandScores.map(ran), got.times.map((_, i) => i > w && i <= w + windowHops));
+  const none = await spot(new WakeCommandSpotter(model, model, { ...WAKE, commandConfident: 1, commandThreshold: 1 }), audio);
+  assert.deepEqual(none.events.map((ev) => ev.command), [null]);
 });
 
 test('a window without a command closes after windowS (whole hops, at least one), command null', { skip }, async () => {
@@ -139,10 +153,10 @@ test('carried: the command model scores every hop, its state never reset', { ski
 
 test('reset: inside each window the command model runs from the zero state, outside it not at all', { skip }, async () => {
   const audio = stream(0.5, YES, 0.6, LEFT, 1.0, YES, 4.0);
-  const spotter = new WakeCommandSpotter(model, model, WAKE);
+  const spotter = new WakeCommandSpotter(model, model, SURE);
   assert.equal(spotter.commandState, COMMAND_STATE);
   const got = await spot(spotter, audio);
-  const carried = await spot(new WakeCommandSpotter(model, model, { ...WAKE, commandState: 'carried' }), audio);
+  const carried = await spot(new WakeCommandSpotter(model, model, { ...SURE, commandState: 'carried' }), audio);
   assert.equal(got.events.length, 2);
   const hop = model.hopSamples;
   const inside = got.times.map(() => false);
@@ -196,18 +210,21 @@ test('the same results however the audio is split and whatever came before reset
 });
 
 test('settings: the wake word\'s as KeywordSpotter\'s, the window the wake model\'s, the commands\' their own', { skip }, () => {
-  assert.deepEqual([WINDOW_S, COMMAND_THRESHOLD, COMMAND_STATES, COMMAND_STATE], [3, 0.5, ['reset', 'carried'], 'reset']);
+  assert.deepEqual([WINDOW_S, COMMAND_CONFIDENT, COMMAND_THRESHOLD, COMMAND_STATES, COMMAND_STATE],
+    [3, 0.9, 0.3, ['reset', 'carried'], 'reset']);
   const wake = withMeta(model, { detection: { threshold: 0.9, window_s: 1.0 } });
   const commands = withMeta(model, { detection: { threshold: 0.8, smoothing: 5, min_hops: 4, refractory_s: 0.5 } });
   const plain = new WakeCommandSpotter(wake, commands);
-  assert.deepEqual([plain.settings.threshold, plain.windowS, plain.windowHops, plain.commandState], [0.9, 1, 10, 'reset']);
-  assert.deepEqual(plain.commands.settings, { threshold: 0.5, smoothing: 5, minHops: 4, refractoryS: 0.5 });
+  assert.deepEqual([plain.settings.threshold, plain.windowS, plain.windowHops, plain.commandState, plain.commandThreshold],
+    [0.9, 1, 10, 'reset', COMMAND_THRESHOLD]);
+  assert.deepEqual(plain.commands.settings, { threshold: COMMAND_CONFIDENT, smoothing: 5, minHops: 4, refractoryS: 0.5 });
   assert.deepEqual(plain.commands.keywords, model.keywords);
-  const given = new WakeCommandSpotter(wake, commands, { windowS: 2, threshold: 0.7, commandThreshold: 0.6,
-    commandSmoothing: 2, commandMinHops: 1, commandKeywords: ['stop'] });
-  assert.deepEqual([given.settings.threshold, given.windowHops, given.commands.keywords], [0.7, 20, ['stop']]);
+  const given = new WakeCommandSpotter(wake, commands, { windowS: 2, threshold: 0.7, commandThreshold: 0.4,
+    commandConfident: 0.6, commandSmoothing: 2, commandMinHops: 1, commandKeywords: ['stop'] });
+  assert.deepEqual([given.settings.threshold, given.windowHops, given.commands.keywords, given.commandThreshold],
+    [0.7, 20, ['stop'], 0.4]);
   assert.deepEqual(given.commands.settings, { threshold: 0.6, smoothing: 2, minHops: 1, refractoryS: 0.5 });
-  const theirs = new WakeCommandSpotter(wake, commands, { commandThreshold: null });   // null: the command model's
+  const theirs = new WakeCommandSpotter(wake, commands, { commandConfident: null });   // null: the command model's
   assert.equal(theirs.commands.threshold, 0.8);
   assert.equal(new WakeCommandSpotter(model, model).windowHops, 30);   // no window_s in its metadata: WINDOW_S
 });
@@ -228,5 +245,6 @@ test('bad options and mismatched models are refused with what was expected', { s
   assert.throws(make({ commandKeywords: ['yes', 'maybe'] }), /expected one or more of the model's keywords/);
   assert.throws(make({ commandSmoothing: 0 }), /smoothing as a whole number of hops ≥ 1/);
   assert.throws(make({ commandThreshold: 1.5 }), /threshold in \(0, 1\], got 1.5/);
+  assert.throws(make({ commandConfident: 0 }), /threshold in \(0, 1\], got 0/);
   assert.throws(make({ threshold: 2 }), /threshold in \(0, 1\], got 2/);
 });
