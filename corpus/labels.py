@@ -12,8 +12,8 @@ SC35_LABELS = (                                  # every Speech Commands v0.02 w
     "four", "go", "happy", "house", "learn", "left", "marvin", "nine", "no", "off", "on", "one",
     "right", "seven", "sheila", "six", "stop", "three", "tree", "two", "up", "visual", "wow",
     "yes", "zero")
-SC36_LABELS = SC35_LABELS + (SILENCE,)            # every word told apart, and noise: a backbone that
-                                                 # keeps what tells one word from another (enroll's)
+SC36_LABELS = SC35_LABELS + (SILENCE,)            # every word told apart, and noise (a backbone tried
+                                                 # for enroll: training/configs/sc36.yaml)
 TASKS = {"kws12": KWS12_LABELS, "sc35": SC35_LABELS, "sc36": SC36_LABELS}
 
 

@@ -381,3 +381,20 @@ def test_paper_config_trains_a_step_and_exports(tmp_path, clip_root):
     path = export_onnx(net, tmp_path / "sc35.onnx")
     meta = {p.key: p.value for p in onnx.load(path).metadata_props}
     assert json.loads(meta["streaming"]) is False and len(json.loads(meta["labels"])) == 35
+
+
+def test_init_from_a_checkpoint_with_other_labels_copies_all_but_the_head(capsys):
+    """training/configs/sc36.yaml starts from kws12.ckpt: 12 labels there, 36 here."""
+    from corpus.labels import SC36_LABELS
+    from model.classifiers import load_checkpoint
+    from training.module import KWSModule
+    path = REPO / "training" / "checkpoints" / "kws12.ckpt"
+    source, _ = load_checkpoint(path)
+    model = source.cfg.to_dict() | {"labels": list(SC36_LABELS)}
+    module = KWSModule(model, {}, task="sc36")
+    head = module.net.head.weight.detach().clone()
+    cli.init_weights(module, path)
+    got, want = module.net.state_dict(), source.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in want.items() if not k.startswith("head."))
+    assert torch.equal(got["head.weight"], head) and head.shape[0] == len(SC36_LABELS) == 36
+    assert "every weight but the head's copied" in capsys.readouterr().err
