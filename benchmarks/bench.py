@@ -152,11 +152,17 @@ def floor_ratio(cost: dict, peak_gflops: float, mode: str) -> float:
 
 
 # -- the run -------------------------------------------------------------------------------------------
+RESULTS = ("bench", "BENCHMARKS.md", "README.md")   # what benches write: not "uncommitted changes" to the code
+
+
 def git_commit() -> str:
+    """The short commit of HEAD, marked "(uncommitted changes)" where tracked files other than the
+    benches' own RESULTS differ from it; "unknown" outside git."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in RESULTS)], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + (" (uncommitted changes)" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):

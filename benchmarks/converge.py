@@ -14,11 +14,17 @@ its own learning rate, several seeds, until validation accuracy stops improving.
    A run with a last.ckpt continues from it. --hours: no run starts once they are spent, and a
    running one stops at the first epoch end from which another epoch would pass them, its
    last.ckpt (written every epoch) left for the next session's same command.
-3. OUT/state.json: the budget, the sweep and, per arm and seed, epochs done, best val/acc, finished
-   or not and why; rewritten after every phase. An OUT started with another budget is refused.
+3. OUT/state.json: the budget, the sweep's scores and, per arm and seed, epochs and steps done,
+   val/acc and seconds of each epoch, finished or not and why; rewritten after every phase. An OUT
+   started with another budget is refused.
 4. The report: the finished runs' best-val weights on the testing split (mean, 95 % interval,
    Welch + Holm against RotRNN), their validation curves, weights, FLOPs and ONNX CPU ms per second
    of audio streaming; OUT/report.md, and BENCHMARKS.md's section `converge` unless --quick.
+5. What lasts: each session may run on a fresh clone, so git keeps of OUT (bench/converge,
+   .gitignore) only state.json and each run's checkpoints/last.ckpt (the resume point; removed
+   once the run has finished, its record being in state.json) and checkpoints/best.ckpt (cut to
+   the weights the report reads: `trim`). Logs, the sweep's runs and superseded/ stay behind:
+   what they held is in state.json. A session ends with `git add bench/converge` and a commit.
 
 Cost, before any of it was measured: `rotkws bench`'s one-epoch runs of these arms took 250–380 s
 each, start-up included, two at a time on one thread each (bench/report.md, 2026-12, Intel Xeon),
@@ -52,6 +58,8 @@ SWEEP_FACTORS = (1 / 3, 1.0, 3.0, 9.0)   # × the config's lr and recurrent_lr: 
                                          # (×9 added when ×3, the old edge, won for three of four arms)
 SWEEP_SHARE = 0.5                        # of one epoch's training batches per sweep run: 16 runs ≈ 8 epochs
 TIMING = {"seconds": 10.0, "rounds": 3}   # the ONNX timing of each arm's first finished seed
+BEST_KEYS = ("epoch", "global_step", "state_dict", "rotkws")   # what the report reads of a best.ckpt
+                                         # (load_network, score_run); not the optimiser's, twice the weights
 
 
 def factor_name(f: float) -> str:
@@ -78,24 +86,61 @@ def logged(directory: Path, column: str) -> dict[int, float]:
     return out
 
 
-def survey(directory: Path, budget: Budget) -> dict:
-    """Where a run stands: epochs and steps done, its val/acc curve, finished or not and why
-    (`patience`: early stopping; `epochs`: the budget), its learning rates."""
-    ckpt = directory / "checkpoints" / "last.ckpt"
-    if not ckpt.is_file():
-        return {"epochs": 0, "step": 0, "curve": [], "best_val": None, "finished": False, "stopped": None}
-    c = torch.load(ckpt, map_location="cpu", weights_only=True)
+def history(directory: Path, column: str, before: list[float], epochs: int) -> list[float]:
+    """A metric's value at each of the run's first `epochs` epochs: its logs', and for epochs they
+    lack (logs are not kept between sessions) `before`'s, the state file's list of the same."""
+    values = dict(enumerate(before)) | logged(directory, column)
+    return [values[e] for e in sorted(values) if e < epochs]
+
+
+def survey(directory: Path, budget: Budget, before: dict | None = None) -> dict:
+    """Where a run stands: epochs and steps done, its val/acc curve and seconds per epoch, finished
+    or not and why (`patience`: early stopping; `epochs`: the budget), its learning rates.
+    `before`: its record in the state file, for what the directory no longer holds: the val/acc
+    and seconds of epochs whose logs are gone, and the whole record of a finished run whose
+    last.ckpt `trim` removed (while its best.ckpt is there)."""
+    before = before or {}
+    checkpoints = directory / "checkpoints"
+    if not (checkpoints / "last.ckpt").is_file():
+        if before.get("finished") and (checkpoints / "best.ckpt").is_file():
+            return before
+        return {"epochs": 0, "step": 0, "curve": [], "seconds": [], "best_val": None, "finished": False,
+                "stopped": None}
+    c = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
     epochs = int(c["epoch"]) + 1                     # saved at the end of epoch c["epoch"] (from 0)
     early = next((v for k, v in c.get("callbacks", {}).items() if k.startswith("EarlyStopping")), None)
     stopped = ("patience" if early and early["wait_count"] >= early["patience"] else
                "epochs" if epochs >= budget.epochs else None)
-    curve = logged(directory, "val/acc")
-    seconds = list(logged(directory, "train/epoch_seconds").values())
+    curve = history(directory, "val/acc", before.get("curve", []), epochs)
+    seconds = history(directory, "train/epoch_seconds", before.get("seconds", []), epochs)
     optim = c["rotkws"]["train_config"]["optim"]
-    return {"epochs": epochs, "step": int(c["global_step"]), "curve": [curve[e] for e in sorted(curve)],
-            "best_val": max(curve.values()) if curve else None, "finished": stopped is not None,
+    return {"epochs": epochs, "step": int(c["global_step"]), "curve": curve, "seconds": seconds,
+            "best_val": max(curve) if curve else None, "finished": stopped is not None,
             "stopped": stopped, "lr": optim["lr"], "recurrent_lr": optim["recurrent_lr"],
             "epoch_seconds": float(np.median(seconds)) if seconds else None}
+
+
+def mend_last(out: Path, arm: str, seed: int) -> None:
+    """Make what the run's last.ckpt restores of its best.ckpt the file as it is: the best val/acc
+    so far, which a new best.ckpt must beat. Lightning's ModelCheckpoint restores it only from a
+    checkpoint saved in its own folder (a clone of the repository elsewhere moves the folder), and
+    last.ckpt holds it as of the epoch before (training/cli.py's last.ckpt is written first). A run
+    without both files is left as it is."""
+    last, best = ablation.last_checkpoint(out, arm, seed), best_checkpoint(out, arm, seed)
+    if not (last.is_file() and best.is_file()):
+        return
+    here = os.path.realpath(last.parent)
+    c = torch.load(last, map_location="cpu", weights_only=True)
+    metrics = torch.load(best, map_location="cpu", weights_only=True)["rotkws"]["metrics"]
+    score, path = torch.tensor(metrics["val/acc"]), os.path.join(here, best.name)
+    for name, s in c["callbacks"].items():
+        if not name.startswith("ModelCheckpoint"):
+            continue
+        s |= {"dirpath": here, "best_model_path": os.path.join(here, last.name)}
+        if s["monitor"] == "val/acc":
+            s |= {"best_model_score": score, "best_model_path": path, "best_k_models": {path: score},
+                  "kth_best_model_path": path, "kth_value": score}
+    torch.save(c, last)
 
 
 # -- 1. the learning-rate sweep -------------------------------------------------------------------
@@ -119,14 +164,18 @@ def sweep_dir(out: Path, factor: float) -> Path:
     return out / "sweep" / factor_name(factor)
 
 
-def sweep_state(out: Path, arms, quick: bool) -> dict:
-    """{arm: {"scores": {factor name: best val/acc or None}, "chosen": name or None, "lr": overrides}}."""
+def sweep_state(out: Path, arms, quick: bool, before: dict) -> dict:
+    """{arm: {"scores": {factor name: best val/acc or None}, "chosen": name or None, "lr": overrides}}:
+    each score a finished sweep run's, or where the run is gone (git keeps none of them) the one
+    `before` (the state file) records: a sweep run has one epoch, so a run with a score has finished."""
     budget, state = sweep_budget(quick), {}
     for arm in arms:
+        saved = before.get("sweep", {}).get("arms", {}).get(arm, {}).get("scores", {})
         runs = {f: survey(ablation.run_dir(sweep_dir(out, f), arm, 0), budget) for f in SWEEP_FACTORS}
-        done = {f: r["best_val"] for f, r in runs.items() if r["finished"] and r["best_val"] is not None}
+        scores = {f: r["best_val"] if r["finished"] else saved.get(factor_name(f)) for f, r in runs.items()}
+        done = {f: v for f, v in scores.items() if v is not None}
         chosen = choose(done) if len(done) == len(SWEEP_FACTORS) else None
-        state[arm] = {"scores": {factor_name(f): r["best_val"] for f, r in runs.items()},
+        state[arm] = {"scores": {factor_name(f): v for f, v in scores.items()},
                       "chosen": None if chosen is None else factor_name(chosen),
                       "lr": None if chosen is None else learning_rates(arm, chosen)}
     return state
@@ -135,9 +184,9 @@ def sweep_state(out: Path, arms, quick: bool) -> dict:
 def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick: bool) -> None:
     """Train what the sweep lacks: one process per arm and factor."""
     budget = sweep_budget(quick)
+    scores = {arm: s["scores"] for arm, s in sweep_state(out, arms, quick, recorded(out)).items()}
     for f in SWEEP_FACTORS:
-        todo = [(arm, 0) for arm in arms
-                if not survey(ablation.run_dir(sweep_dir(out, f), arm, 0), budget)["finished"]]
+        todo = [(arm, 0) for arm in arms if scores[arm][factor_name(f)] is None]
         if todo:
             log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo)}")
             ablation.train_all(todo, budget, data, sweep_dir(out, f), jobs, log, deadline=deadline,
@@ -149,33 +198,41 @@ def budget_record(budget: Budget) -> dict:
     return {"epochs": budget.epochs, "patience": budget.patience, "quick": budget.quick}
 
 
-def check_budget(out: Path, budget: Budget) -> None:
+def recorded(out: Path) -> dict:
+    """The state file's content; {} before the first."""
     path = out / "state.json"
-    if not path.is_file():
-        return
-    was = json.loads(path.read_text())["budget"]
-    if was != budget_record(budget):
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def check_budget(out: Path, budget: Budget) -> None:
+    was = recorded(out).get("budget")
+    if was is not None and was != budget_record(budget):
         raise ClipError(f"{out} was started with {was}, not {budget_record(budget)}: pass the same "
                         f"--epochs, --patience and --quick, or another --out")
 
 
-def run_state(out: Path, budget: Budget, arms, seeds) -> dict:
-    """{arm: {seed: survey}} for the asked runs and every run already under out/runs."""
+def run_state(out: Path, budget: Budget, arms, seeds, before: dict) -> dict:
+    """{arm: {seed: survey}} for the asked runs and every run already under out/runs, each
+    completed by its record in `before` (the state file)."""
     found = {(p.parent.name, int(p.name[4:])) for p in (out / "runs").glob("*/seed*") if p.parent.name in ARMS}
     keys = sorted(found | {(a, s) for a in arms for s in seeds}, key=lambda k: (list(ARMS).index(k[0]), k[1]))
     state = {}
     for arm, seed in keys:
-        state.setdefault(arm, {})[str(seed)] = survey(ablation.run_dir(out, arm, seed), budget)
+        was = before.get("runs", {}).get(arm, {}).get(str(seed))
+        state.setdefault(arm, {})[str(seed)] = survey(ablation.run_dir(out, arm, seed), budget, was)
     return state
 
 
 def snapshot(out: Path, budget: Budget, arms, seeds) -> dict:
-    """The state file's content, read from the run directories: the sweep of `arms` and every run."""
+    """The state file's content, read from the run directories and, for what they no longer hold,
+    from the state file before: the sweep of `arms` and of the arms it records, and every run."""
+    before = recorded(out)
+    swept = [a for a in ARMS if a in arms or a in before.get("sweep", {}).get("arms", {})]
     return {"updated": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
             "budget": budget_record(budget),
             "sweep": {"factors": [factor_name(f) for f in SWEEP_FACTORS], "share": SWEEP_SHARE,
-                      "arms": sweep_state(out, arms, budget.quick)},
-            "runs": run_state(out, budget, arms, seeds)}
+                      "arms": sweep_state(out, swept, budget.quick, before)},
+            "runs": run_state(out, budget, arms, seeds, before)}
 
 
 def write_state(out: Path, state: dict) -> dict:
@@ -184,12 +241,26 @@ def write_state(out: Path, state: dict) -> dict:
     return state
 
 
+def trim(out: Path, state: dict) -> None:
+    """Cut the runs of the state, once it is written, to what git keeps of them: each best.ckpt to
+    BEST_KEYS, and the last.ckpt of each finished run (its record is in the state file) removed."""
+    for arm, seeds in state["runs"].items():
+        for seed, r in seeds.items():
+            checkpoints = ablation.run_dir(out, arm, int(seed)) / "checkpoints"
+            best = checkpoints / "best.ckpt"
+            if best.is_file():
+                c = torch.load(best, map_location="cpu", weights_only=True)
+                if set(c) != set(BEST_KEYS):
+                    torch.save({k: c[k] for k in BEST_KEYS}, best)
+            if r["finished"]:
+                (checkpoints / "last.ckpt").unlink(missing_ok=True)
+
+
 def saved_state(out: Path) -> dict:
     """The state of an OUT trained before, surveyed again (its budget from state.json)."""
-    path = out / "state.json"
-    if not path.is_file():
-        raise ClipError(f"{path} does not exist: nothing was trained there")
-    was = json.loads(path.read_text())
+    was = recorded(out)
+    if not was:
+        raise ClipError(f"{out / 'state.json'} does not exist: nothing was trained there")
     budget = Budget(was["budget"]["epochs"], was["budget"]["quick"], was["budget"]["patience"])
     return snapshot(out, budget, list(was["sweep"]["arms"]), [])
 
@@ -235,13 +306,16 @@ def converge(args) -> dict:
         state = write_state(out, snapshot(out, budget, args.arms, seeds))
     runs = state["runs"]
     todo = [(arm, s) for s in seeds for arm in args.arms if arm in ready and not runs[arm][str(s)]["finished"]]
-    if todo:
-        log(f"training {len(todo)} runs: {', '.join(f'{a} seed {s}' for a, s in todo)}")
-        try:
+    try:
+        if todo:
+            log(f"training {len(todo)} runs: {', '.join(f'{a} seed {s}' for a, s in todo)}")
+            for arm, s in todo:
+                mend_last(out, arm, s)
             ablation.train_all(todo, budget, data, out, args.jobs, log, settings=ready, resume=True,
                                deadline=deadline, longest_first=False)
-        finally:                                       # a failed run: the others' epochs recorded
-            state = write_state(out, snapshot(out, budget, args.arms, seeds))
+    finally:                                           # a failed run: the others' epochs recorded
+        state = write_state(out, snapshot(out, budget, args.arms, seeds))
+        trim(out, state)
     log("state:\n" + "\n".join(status_lines(state)))
     return state
 

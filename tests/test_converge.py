@@ -1,10 +1,12 @@
 """benchmarks/converge.py (and the training processes of benchmarks/ablation.py it drives): the
 learning rate it chooses, its statistics on known numbers, and, as real `rotkws train` processes
 on the 300-clip sample folder, a run stopped by its deadline that resumes from its checkpoint and
-stops on patience, and the whole --quick experiment with its sweep."""
+stops on patience, the whole --quick experiment with its sweep, and sessions that continue from
+only what git keeps of the previous one (.gitignore)."""
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -17,6 +19,8 @@ from scipy import stats as scipy_stats
 from benchmarks import ablation, converge
 from benchmarks.ablation import Budget
 from conftest import REPO
+
+KEPT = converge.OUT.relative_to(REPO).as_posix()     # bench/converge: what .gitignore keeps of it
 
 
 def test_choose_takes_the_best_validation_accuracy_and_a_tie_nearest_the_config():
@@ -116,8 +120,7 @@ def test_quick_converge_sweeps_trains_at_the_chosen_rate_and_reports(shared_data
     assert sweep["chosen"] == converge.factor_name(converge.choose(scores))
     run = state["runs"]["rotrnn"]["0"]
     assert run["finished"] and run["epochs"] == 2 and len(run["curve"]) == 2
-    ckpt = torch.load(ablation.run_dir(tmp_path, "rotrnn", 0) / "checkpoints" / "last.ckpt",
-                      map_location="cpu", weights_only=True)
+    ckpt = torch.load(converge.best_checkpoint(tmp_path, "rotrnn", 0), map_location="cpu", weights_only=True)
     assert ckpt["rotkws"]["train_config"]["optim"]["lr"] == pytest.approx(sweep["lr"]["optim.lr"])
     md = (tmp_path / "report.md").read_text()
     assert "--quick" in md and "| rotrnn seed 0 |" in md and "| rotrnn: " in md
@@ -126,3 +129,106 @@ def test_quick_converge_sweeps_trains_at_the_chosen_rate_and_reports(shared_data
     assert again.returncode == 0 and "training" not in again.stdout and "sweep:" not in again.stdout
     other = run_converge(*args[:4], "--epochs", "3", "--out", str(tmp_path), data=shared_data)
     assert other.returncode == 2 and "was started with" in other.stderr
+
+
+def ignored(names) -> set[str]:
+    """Those of `names` (paths in an OUT) that git ignores in bench/converge, tracked or not."""
+    r = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=REPO, capture_output=True,
+                       text=True, input="".join(f"{KEPT}/{n}\n" for n in names))
+    assert r.returncode in (0, 1), r.stderr                          # 1: none ignored
+    return {line[len(KEPT) + 1:] for line in r.stdout.splitlines()}
+
+
+def kept(out) -> set[str]:
+    """The files of `out` that git keeps were it bench/converge."""
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    return files - ignored(files)
+
+
+def clone(out, to) -> None:
+    """Only what git keeps of `out`, copied into `to`: the next session on a fresh clone."""
+    for name in kept(out):
+        (to / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(out / name, to / name)
+
+
+def test_git_keeps_the_state_and_the_runs_checkpoints_and_nothing_else():
+    run = "runs/rotrnn_no_xi/seed2"
+    keep = {"state.json", f"{run}/checkpoints/last.ckpt", f"{run}/checkpoints/best.ckpt"}
+    leave = {"report.md", "report.json", f"{run}/train.log", f"{run}/best.onnx",
+             f"{run}/logs/version_1/metrics.csv", f"{run}/logs/version_1/hparams.yaml",
+             "sweep/x0.333/runs/lru/seed0/checkpoints/last.ckpt",
+             "sweep/x0.333/runs/lru/seed0/checkpoints/best.ckpt",
+             "superseded/lru/seed0_lr0.012/checkpoints/last.ckpt",
+             "superseded/lru/seed0_lr0.012/checkpoints/best.ckpt"}
+    assert ignored(keep | leave) == leave
+
+
+def test_mend_last_makes_the_resumed_best_what_best_ckpt_holds_where_it_lies(tmp_path):
+    # as training/cli.py leaves them after epoch 0 in another folder: last.ckpt written before
+    # best.ckpt, so with the best-checkpoint callback's state of before that epoch
+    was = "/elsewhere/bench/converge/runs/rotrnn/seed0/checkpoints"
+    empty = {"monitor": "val/acc", "best_model_score": None, "best_model_path": "", "current_score": None,
+             "dirpath": was, "best_k_models": {}, "kth_best_model_path": "",
+             "kth_value": torch.tensor(-math.inf), "last_model_path": ""}
+    last = {"monitor": None, "best_model_score": None, "best_model_path": f"{was}/last.ckpt", "dirpath": was,
+            "best_k_models": {}, "kth_best_model_path": "", "last_model_path": ""}
+    early = {"wait_count": 0, "patience": 2, "best_score": torch.tensor(0.25)}
+    keys = {"best": "ModelCheckpoint{'monitor': 'val/acc'}", "last": "ModelCheckpoint{'monitor': None}",
+            "early": "EarlyStopping{'monitor': 'val/acc'}"}
+    (ablation.run_dir(tmp_path, "rotrnn", 0) / "checkpoints").mkdir(parents=True)
+    torch.save({"epoch": 0, "callbacks": {keys["best"]: empty, keys["last"]: last, keys["early"]: early}},
+               ablation.last_checkpoint(tmp_path, "rotrnn", 0))
+    torch.save({"rotkws": {"metrics": {"val/acc": 0.25}}}, converge.best_checkpoint(tmp_path, "rotrnn", 0))
+    converge.mend_last(tmp_path, "rotrnn", 0)
+    c = torch.load(ablation.last_checkpoint(tmp_path, "rotrnn", 0), weights_only=True)["callbacks"]
+    here = os.path.realpath(ablation.run_dir(tmp_path, "rotrnn", 0) / "checkpoints")
+    best = c[keys["best"]]
+    assert best["dirpath"] == c[keys["last"]]["dirpath"] == here
+    assert best["best_model_path"] == best["kth_best_model_path"] == f"{here}/best.ckpt"
+    assert best["best_model_score"] == best["kth_value"] == 0.25
+    assert best["best_k_models"] == {f"{here}/best.ckpt": 0.25}
+    assert c[keys["last"]]["best_model_path"] == f"{here}/last.ckpt" and c[keys["early"]] == early
+    converge.mend_last(tmp_path, "lru", 0)                             # nothing to mend: no files
+
+
+@pytest.mark.slow
+def test_sessions_on_fresh_clones_continue_from_what_git_keeps(shared_data, tmp_path):
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    args = ["--arms", "rotrnn", "--seeds", "1", "--epochs", "4", "--patience", "2"]
+    ckpts = "runs/rotrnn/seed0/checkpoints"
+    # the sweep, done before: only its scores in state.json (git keeps none of its runs). ×1/3 best:
+    # the least rate, a flat curve whose best (epoch 0) the resumed epochs must not overwrite
+    scores = {converge.factor_name(f): 0.5 - 0.1 * i for i, f in enumerate(converge.SWEEP_FACTORS)}
+    first.mkdir()
+    (first / "state.json").write_text(json.dumps({"budget": converge.budget_record(Budget(4, True, 2)),
+                                                  "sweep": {"arms": {"rotrnn": {"scores": scores}}}}))
+    r = run_converge(*args, "--hours", str(2 / 3600), "--out", str(first), data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "sweep:" not in r.stdout                    # nothing swept again
+    state = json.loads((first / "state.json").read_text())
+    assert state["sweep"]["arms"]["rotrnn"]["chosen"] == converge.factor_name(converge.SWEEP_FACTORS[0])
+    run = state["runs"]["rotrnn"]["0"]                 # stopped by --hours at an epoch end
+    assert run["epochs"] >= 1 and not run["finished"] and len(run["curve"]) == run["epochs"]
+    assert kept(first) == {"state.json", f"{ckpts}/last.ckpt", f"{ckpts}/best.ckpt"}
+
+    clone(first, second)                               # no logs: the curve so far is state.json's
+    r = run_converge(*args, "--out", str(second), data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "resuming rotrnn seed 0" in r.stdout and "sweep:" not in r.stdout
+    done = json.loads((second / "state.json").read_text())["runs"]["rotrnn"]["0"]
+    assert done["finished"] and done["epochs"] > run["epochs"]
+    assert done["curve"][:run["epochs"]] == run["curve"] and done["seconds"][:run["epochs"]] == run["seconds"]
+    assert len(done["curve"]) == len(done["seconds"]) == done["epochs"]
+    assert done["step"] * run["epochs"] == run["step"] * done["epochs"]          # continued, not from 0
+    best = torch.load(second / ckpts / "best.ckpt", map_location="cpu", weights_only=True)
+    assert set(best) == set(converge.BEST_KEYS)                                  # no optimiser state
+    assert best["epoch"] == done["curve"].index(max(done["curve"]))              # best over both sessions
+    assert kept(second) == {"state.json", f"{ckpts}/best.ckpt"}                  # finished: no last.ckpt
+
+    clone(second, third)
+    r = run_converge(*args, "--out", str(third), data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "training" not in r.stdout and "sweep:" not in r.stdout
+    assert json.loads((third / "state.json").read_text())["runs"]["rotrnn"]["0"] == done
+    assert f"| rotrnn seed 0 | {converge.curve_text(done['curve'])} |" in (third / "report.md").read_text()
