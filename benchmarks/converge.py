@@ -181,8 +181,10 @@ def sweep_state(out: Path, arms, quick: bool, before: dict) -> dict:
     return state
 
 
-def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick: bool) -> None:
-    """Train what the sweep lacks: one process per arm and factor."""
+def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick: bool,
+          record=lambda: None) -> None:
+    """Train what the sweep lacks: one process per arm and factor; `record()` after each factor (the
+    state file then holds its scores, which git keeps where it keeps none of the sweep's runs)."""
     budget = sweep_budget(quick)
     scores = {arm: s["scores"] for arm, s in sweep_state(out, arms, quick, recorded(out)).items()}
     for f in SWEEP_FACTORS:
@@ -191,6 +193,7 @@ def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick:
             log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo)}")
             ablation.train_all(todo, budget, data, sweep_dir(out, f), jobs, log, deadline=deadline,
                                settings={arm: learning_rates(arm, f) for arm, _ in todo})
+            record()
 
 
 # -- 2.–3. the runs and the state file --------------------------------------------------------------
@@ -299,7 +302,8 @@ def converge(args) -> dict:
     check_budget(out, budget)
     deadline = time.time() + 3600 * args.hours if args.hours else None
     seeds = list(range(args.seeds))
-    sweep(args.arms, data, out, args.jobs, deadline, args.quick)
+    sweep(args.arms, data, out, args.jobs, deadline, args.quick,
+          record=lambda: write_state(out, snapshot(out, budget, args.arms, seeds)))
     state = write_state(out, snapshot(out, budget, args.arms, seeds))
     ready = {arm: s["lr"] for arm, s in state["sweep"]["arms"].items() if s["lr"] is not None}
     if set_aside_stale(out, state, ready):

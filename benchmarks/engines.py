@@ -34,7 +34,7 @@ import numpy as np
 
 from app.detection import REFRACTORY_S, THRESHOLD
 from app.spotter import KeywordModel
-from evaluation.sweep import THRESHOLDS, score_track, sweep_detections
+from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 
 SAMPLE_RATE = 16_000
 CHUNK = 1280                  # samples per call for the peers: 80 ms, as their own microphone loops read
@@ -106,7 +106,8 @@ class Rotkws:
         started = time.process_time()
         times, scores = score_track(self.model, audio)
         cpu = time.process_time() - started
-        sweep = sweep_detections(times, scores, self.model.labels, self.model.keywords, thresholds)
+        sweep = sweep_detections(times, scores, self.model.labels, self.model.keywords, thresholds,
+                                 **model_rule(self.model))
         return Run(self.engine, self.phrase, thresholds, own,
                    {th: np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
                    cpu, len(audio) / SAMPLE_RATE)

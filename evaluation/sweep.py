@@ -4,7 +4,7 @@ time."""
 import numpy as np
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
-from app.spotter import KeywordModel, KeywordSpotter
+from app.spotter import KeywordModel, KeywordSpotter, detection_settings
 
 FEED_SECONDS = 1.0            # audio handed to the spotter per call, as a live microphone would
 # the sweep: every 0.005 from 0.30, then 1 − 10^−x for x = 2 … 4 by 0.1 (a model trained without
@@ -21,13 +21,23 @@ def score_track(model: KeywordModel, stream: np.ndarray) -> tuple[np.ndarray, np
     return np.concatenate([r.times for r in parts]), np.concatenate([r.scores for r in parts])
 
 
-def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds):
-    """{threshold: detections}, each exactly what `detect(times, scores, …)` gives with the
-    runtime's smoothing, run length and refractory time at that threshold, in less time: the
+def model_rule(model: KeywordModel) -> dict:
+    """The detection rule the runtime applies to `model` but for its threshold: smoothing, min_hops
+    and refractory_s from its metadata (an enrolled wake word stores its own), else the defaults."""
+    settings = detection_settings(model, {})
+    return {k: settings[k] for k in ("smoothing", "min_hops", "refractory_s")}
+
+
+def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds, *,
+                     smoothing: int = SMOOTHING_HOPS, min_hops: int = MIN_HOPS,
+                     refractory_s: float = REFRACTORY_S):
+    """{threshold: detections}, each exactly what `detect(times, scores, …)` gives with that
+    smoothing, run length and refractory time (the runtime's defaults, or a model's
+    `model_rule`) at that threshold, in less time: the
     rows are smoothed once, and each threshold keeps only the rows where a keyword reaches it,
     with one zero row for every run of dropped ones (a row below the threshold only resets the
     run, however many there are)."""
-    smooth = moving_average(np.asarray(scores, np.float64), SMOOTHING_HOPS, np.zeros((0, len(labels))))
+    smooth = moving_average(np.asarray(scores, np.float64), smoothing, np.zeros((0, len(labels))))
     columns = [list(labels).index(k) for k in keywords]
     best = smooth[:, columns].max(1)
     out = {}
@@ -40,6 +50,6 @@ def sweep_detections(times: np.ndarray, scores: np.ndarray, labels, keywords, th
         t = np.zeros(len(rows))
         t[at] = times[keep]
         t[at[gap] - 1] = times[keep[gap]] - 1e-9                    # a zero row: just before
-        out[float(th)] = detect(t, rows, labels, keywords, smoothing=1, min_hops=MIN_HOPS,
-                                refractory_s=REFRACTORY_S, threshold=float(th))
+        out[float(th)] = detect(t, rows, labels, keywords, smoothing=1, min_hops=min_hops,
+                                refractory_s=refractory_s, threshold=float(th))
     return out

@@ -21,7 +21,7 @@ from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from evaluation import speech as real_speech
 from evaluation import wakestream
-from evaluation.sweep import THRESHOLDS, score_track, sweep_detections
+from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from training import enroll as recipe
 from training import tts
 from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
@@ -57,7 +57,7 @@ def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, cfg: Enrol
     model = KeywordModel(model_path)
     audio, hours = validation_stream(data, noise, cfg.validation_hours, rng, model.keywords[0])
     times, scores = score_track(model, audio)
-    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS)
+    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS, **model_rule(model))
     counts = {th: len(d) for th, d in sweep.items()}
     th = stream_threshold(counts, hours)
     near = min(counts, key=lambda t: abs(t - th))
@@ -104,7 +104,7 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     proto = onnx.load(output)
-    set_metadata(proto, {"detection": json.dumps({"threshold": chosen["threshold"]}),
+    set_metadata(proto, {"detection": json.dumps({"threshold": chosen["threshold"]} | recipe.WAKE_RULE),
                          "enroll": json.dumps(meta["enroll"])})
     onnx.save(proto, output)
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}

@@ -47,17 +47,23 @@ def synthetic_track(seed: int, hops: int = 6000):
     return np.arange(1, hops + 1) * 0.1, scores
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_fast_sweep_gives_exactly_the_detectors_detections(seed):
+@pytest.mark.parametrize("seed, rule", [
+    (0, {"smoothing": SMOOTHING_HOPS, "min_hops": MIN_HOPS, "refractory_s": REFRACTORY_S}),   # the defaults
+    (1, {"smoothing": SMOOTHING_HOPS, "min_hops": MIN_HOPS, "refractory_s": REFRACTORY_S}),
+    (2, {"smoothing": 8, "min_hops": 2, "refractory_s": REFRACTORY_S}),                        # enroll's
+    (3, {"smoothing": 5, "min_hops": 4, "refractory_s": 0.5}),
+])
+def test_fast_sweep_gives_exactly_the_detectors_detections(seed, rule):
     times, scores = synthetic_track(seed)
     thresholds = [0.3, 0.45, 0.6, 0.75, 0.9, 0.99]
-    fast = stream.sweep_detections(times, scores, LABELS, KEYWORDS, thresholds)
+    defaults = rule["smoothing"] == SMOOTHING_HOPS and rule["min_hops"] == MIN_HOPS and rule["refractory_s"] == REFRACTORY_S
+    fast = (stream.sweep_detections(times, scores, LABELS, KEYWORDS, thresholds) if defaults else
+            stream.sweep_detections(times, scores, LABELS, KEYWORDS, thresholds, **rule))
     for th in thresholds:
-        slow = detect(times, scores, LABELS, KEYWORDS, threshold=th, smoothing=SMOOTHING_HOPS,
-                      min_hops=MIN_HOPS, refractory_s=REFRACTORY_S)
+        slow = detect(times, scores, LABELS, KEYWORDS, threshold=th, **rule)
         assert [(d.keyword, d.time_s) for d in fast[th]] == [(d.keyword, d.time_s) for d in slow], th
         assert [d.score for d in fast[th]] == pytest.approx([d.score for d in slow])
-    assert len(fast[0.3]) > len(fast[0.9]) > 0
+    assert len(fast[0.3]) > len(fast[0.75]) > 0
 
 
 def test_score_counts_hits_misses_and_false_accepts():

@@ -14,6 +14,7 @@ from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
 from conftest import REPO, data_root, require
 from test_web import node, reference, run_node   # noqa: F401  (node: the fixture)
 from export import enroll as command
+from model.logmel import PIXEL_SLOPE
 from training import enroll, tts
 from training.tts import PhraseError
 
@@ -113,6 +114,17 @@ def test_a_warm_up_before_the_example_is_not_scored_and_the_phrase_follows_it():
         first = int(np.flatnonzero(y == enroll.PHRASE_CLASS)[0]) + 5
         assert x.shape == (500, 40) and (y[:200] == enroll.IGNORE).all()
         assert 300 <= first <= 430 and x[:150].min() > x[150:200].max()   # the speech, then a pause
+
+
+def test_every_example_is_made_quieter_by_a_gain_within_the_level_range():
+    x = np.full((200, 30, 40), 200.0, np.float32)
+    x[:, :10] = 0.0                                                          # silence below the floor
+    out = enroll.quieter(x.copy(), np.random.default_rng(0), batch=64)
+    db = (out[:, 10:] - 200.0) / (PIXEL_SLOPE * np.log(10) / 10)     # pixels per decibel of power
+    assert (out[:, :10] == 0).all() and np.allclose(db, db[:, :1, :1], atol=1e-3)   # one gain per example
+    lo, hi = enroll.LEVEL_DB
+    assert lo - 1e-3 <= db.min() and db.max() <= hi + 1e-3
+    assert db[:, 0, 0].max() - db[:, 0, 0].min() > 0.8 * (hi - lo)          # spread over the range
 
 
 def test_the_peak_term_is_the_cross_entropy_where_each_example_comes_closest_to_firing():
@@ -257,11 +269,25 @@ def test_the_codec_keeps_a_clip_its_length_and_its_sound():
     assert np.corrcoef(coded[2000:-2000], clip[2000:-2000])[0, 1] > 0.9 and not np.array_equal(coded, clip)
 
 
-def test_hop_scores_are_smoothed_as_the_runtime_smooths_them():
-    from app.detection import SMOOTHING_HOPS, moving_average
+def test_hop_scores_are_smoothed_as_the_runtime_smooths_an_enrolled_file():
+    from app.detection import moving_average
     raw = np.random.default_rng(0).random((3, 30))
     ours = enroll.smooth(raw)
     for row, mine in zip(raw, ours):
-        runtime = moving_average(row[:, None], SMOOTHING_HOPS, np.zeros((0, 1)))[:, 0]
+        runtime = moving_average(row[:, None], enroll.WAKE_SMOOTHING_HOPS, np.zeros((0, 1)))[:, 0]
         assert np.allclose(mine, runtime, atol=1e-12)                      # from the first hop
     assert enroll.smooth(np.zeros((0, 30))).shape == (0, 30)
+
+
+def test_the_best_run_is_the_threshold_at_which_the_stored_rule_starts_to_fire():
+    """Training's best_runs (hard-negative mining, the held-out rates) and the runtime's detector
+    under the rule enroll stores agree: it fires just below the best run and not just above it."""
+    from app.detection import detect
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        phrase = rng.random(40) ** 3
+        scores = np.stack([phrase, 1 - phrase], 1)
+        best = enroll.best_runs(enroll.smooth(phrase[None]))[0]
+        fire = lambda th: detect(np.arange(40) * 0.1, scores, ("p", OTHER), ("p",), threshold=th,
+                                 refractory_s=0.0, **enroll.WAKE_RULE)
+        assert fire(best - 1e-9) and not fire(best + 1e-9)

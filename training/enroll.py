@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from app.detection import SMOOTHING_HOPS, moving_average
+from app.detection import moving_average
 from corpus.clips import ClipError, read_audio, speaker_of
 from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, NOISE_FOLDER, SAMPLE_FOLDER, WAKEWORD_FOLDER
 from corpus.labels import OTHER
@@ -56,7 +56,7 @@ from evaluation.sweep import THRESHOLDS
 from model.classifiers import load_checkpoint
 from model.logmel import CLIP_FRAMES, FRAME, FRAME_RATE, N_MELS, LogMelPixels, power_from_pixels
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.augment import mix_pixels
+from training.augment import gain_pixels, mix_pixels
 from training.features import decode_zip
 from training.module import optimizer, schedule
 from training.paths import REPO
@@ -91,6 +91,8 @@ REVERB_SHARE = 0.6           # synthetic clips played in a simulated room
 RT60_S = (0.1, 0.6)          # the room's reverberation time
 SPEED = (0.9, 1.1)           # synthetic clips resampled by this factor (tempo and pitch)
 GAIN_DB = (-12.0, 6.0)       # level of the item relative to its normalised peak
+LEVEL_DB = (-24.0, 0.0)      # then the whole example (item, noise, speech) by this: a quieter microphone
+                             # (the real `alexa` recordings peak at −22 to 0 dBFS, 5th to 95th percentile)
 PHRASE_CLASS, OTHER_CLASS = 0, 1   # the label order: (phrase, OTHER)
 PHRASE, SYNTHETIC, REAL, SPEECH = 0, 1, 2, 3   # kinds of example, for the report and the mining
 SPEECH_PAUSE_S = (0.05, 0.8)  # silence between the utterances of a speech example
@@ -106,6 +108,11 @@ VALIDATION_SHARE = 0.1        # examples held out (the report's detection rates)
 VALIDATION_FA_PER_HOUR = 1.0  # the stored threshold keeps the validation stream to this (4.1 h: 4 false accepts);
                               # at 0.1 it stood 10–30 points of misses above the bench's 1 FA/h point
 MIN_THRESHOLD, MAX_THRESHOLD = 0.5, float(THRESHOLDS[-1])
+WAKE_SMOOTHING_HOPS = 8       # the detection rule an enrolled file stores (its metadata's `detection`): a
+WAKE_MIN_HOPS = 2             # mean over 800 ms, two hops in a row. On the wake-word bench (2026-12-04,
+                              # BENCHMARKS.md) the runtime's default, 3 hops, missed 11–12 points more at 1 FA/h:
+                              # a said phrase holds its score for the half second its label lasts, speech's peaks do not
+WAKE_RULE = {"smoothing": WAKE_SMOOTHING_HOPS, "min_hops": WAKE_MIN_HOPS}
 
 
 @dataclass
@@ -389,7 +396,16 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
         if rng.random() >= CLEAN_SHARE:
             window = add_noise(window, window, render.noise, rng)
         out.append((window, targets(warm + frames, 0, None, warm)))
-    return np.stack([o[0] for o in out]).astype(np.float16), np.stack([o[1] for o in out])
+    return quieter(np.stack([o[0] for o in out]), rng).astype(np.float16), np.stack([o[1] for o in out])
+
+
+def quieter(pixels: np.ndarray, rng, batch: int = 512) -> np.ndarray:
+    """(N, T, N_MELS) examples, each one's audio scaled by a gain uniform in LEVEL_DB (a quieter
+    microphone, or a talker further away), in place in the pixel domain (`gain_pixels`)."""
+    levels = torch.from_numpy(rng.uniform(*LEVEL_DB, len(pixels)))
+    for i in range(0, len(pixels), batch):
+        pixels[i:i + batch] = gain_pixels(torch.from_numpy(pixels[i:i + batch]), levels[i:i + batch]).numpy()
+    return pixels
 
 
 # -- the network ----------------------------------------------------------------------------------
@@ -502,17 +518,19 @@ def hop_scores(net: RotRNNClassifier, h: Tensor, batch: int = 256, trained: int 
 
 
 def smooth(hops: np.ndarray) -> np.ndarray:
-    """(N, hops) → each row smoothed by the runtime's own rule (app.detection.moving_average, as
-    a stream that starts with the example): the examples are its columns."""
-    return moving_average(hops.T, SMOOTHING_HOPS, np.zeros((0, len(hops)))).T
+    """(N, hops) → each row smoothed as the runtime smooths an enrolled file's scores
+    (app.detection.moving_average over WAKE_SMOOTHING_HOPS, as a stream that starts with the
+    example): the examples are its columns."""
+    return moving_average(hops.T, WAKE_SMOOTHING_HOPS, np.zeros((0, len(hops)))).T
 
 
 def best_runs(scores: np.ndarray) -> np.ndarray:
-    """(N, hops) smoothed phrase probabilities → (N,) the highest level held two hops in a row
-    (the detector's run): what a threshold must exceed to fire."""
-    if scores.shape[1] < 2:
+    """(N, hops) smoothed phrase probabilities → (N,) the highest level held WAKE_MIN_HOPS hops in
+    a row (the detector's run): what a threshold must exceed to fire."""
+    if scores.shape[1] < WAKE_MIN_HOPS:
         return np.zeros(len(scores))
-    return np.minimum(scores[:, 1:], scores[:, :-1]).max(1)
+    windows = np.lib.stride_tricks.sliding_window_view(scores, WAKE_MIN_HOPS, axis=1)
+    return windows.min(-1).max(1)
 
 
 def held_out_rates(scores: np.ndarray, kind: np.ndarray, threshold: float) -> dict:
@@ -556,7 +574,7 @@ def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.sy
     held_scores = hop_scores(net, h[torch.from_numpy(np.flatnonzero(held))], trained=cfg.blocks)
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
                               "backbone_data": entry.get("data", "unknown"), **items.sources},
-            "task": "enroll", "detection": {"threshold": MAX_THRESHOLD},
+            "task": "enroll", "detection": {"threshold": MAX_THRESHOLD} | WAKE_RULE,
             "enroll": {"examples": int(len(x)), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])),
                        "train_seconds": round(time.perf_counter() - started, 1), "config": vars(cfg)}}
     return Fit(net.eval(), meta, items, held_scores, kind[held])
