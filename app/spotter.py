@@ -21,6 +21,7 @@ from app.detection import (FLUSH_S, MIN_HOPS, REFRACTORY_S, SETTINGS, SMOOTHING_
 from corpus.labels import NOT_KEYWORDS, OTHER, SILENCE, UNKNOWN   # noqa: F401  (the runtime's labels)
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
+WAKE_MODEL = DEFAULT_MODEL.parent / "alexa.onnx"   # the bundled wake word (app/models/MODEL_CARD.md)
 HOP_SECONDS = 0.1                 # the spotter scores every 100 ms of audio
 REQUIRED_METADATA = ("labels", "sample_rate", "input_multiple", "max_samples", "streaming",
                      "state_size")

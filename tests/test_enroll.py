@@ -291,3 +291,26 @@ def test_the_best_run_is_the_threshold_at_which_the_stored_rule_starts_to_fire()
         fire = lambda th: detect(np.arange(40) * 0.1, scores, ("p", OTHER), ("p",), threshold=th,
                                  refractory_s=0.0, **enroll.WAKE_RULE)
         assert fire(best - 1e-9) and not fire(best + 1e-9)
+
+
+# -- the bundled wake word ------------------------------------------------------------------------
+WAKE_HEARD_FLOOR = 3          # of the five held-out recordings under tests/data/wakeword/alexa, each alone
+                              # after silence: the bundled file hears 3 (2026-12-04), a regression floor
+
+
+def test_the_bundled_wake_word_is_an_enrolled_file_that_hears_real_recordings_it_never_trained_on():
+    import soundfile as sf
+    from app.spotter import WAKE_MODEL, detection_settings
+    model = KeywordModel(WAKE_MODEL)
+    settings = detection_settings(model, {})
+    assert model.labels == ("alexa", OTHER) and model.keywords == ("alexa",) and model.streaming
+    assert {k: settings[k] for k in enroll.WAKE_RULE} == enroll.WAKE_RULE
+    assert enroll.MIN_THRESHOLD <= settings["threshold"] < enroll.MAX_THRESHOLD   # chosen on the stream
+    heard = []
+    for path in sorted((REPO / "tests" / "data" / "wakeword" / "alexa").glob("*.flac")):
+        audio, rate = sf.read(path, dtype="float32")
+        said = np.concatenate([np.zeros(rate // 2, np.float32), audio, np.zeros(rate, np.float32)])
+        heard.append([d.keyword for d in KeywordSpotter(model).process(said, rate).detections])
+    assert len(heard) == 5 and all(h in ([], ["alexa"]) for h in heard)
+    assert sum(h == ["alexa"] for h in heard) >= WAKE_HEARD_FLOOR
+    assert not KeywordSpotter(model).process(np.zeros(5 * 16_000, np.float32), 16_000).detections

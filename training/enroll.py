@@ -17,7 +17,8 @@
    speech ending 0.5–3 s before; the network's slowest channels remember ~8 s, and a state warmed by
    running audio is the state the runtime has): an optional other word or the end of a real sentence
    before, the item, room reverberation (synthetic speech), background noise at 0–25 dB SNR; a
-   speech example is a window of utterances run together. Frame labels: the phrase from its last 50
+   speech example is a window of utterances run together. Then every example is made 0–24 dB
+   quieter as a whole (LEVEL_DB). Frame labels: the phrase from its last 50
    ms to 0.5 s after it ends; `_other_` before it and on every negative; the rest is not scored.
 4. The default checkpoint's front-end and lower blocks stay frozen (their output is computed
    once); its top block, final norm and a new two-class head train for a few minutes. From the
@@ -30,7 +31,8 @@
    validation speakers' speech (VCC2016, the other speechocean762 `train` speakers) in the
    wake-word bench's mix (evaluation/wakestream.py: 1–3 s pauses, noise at 10 dB by peak frame
    energy) run through the runtime; the stored threshold is the lowest that keeps it to
-   ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
+   ≤ VALIDATION_FA_PER_HOUR false accepts per hour, under the detection rule the file stores with it
+   (WAKE_RULE: 800 ms of smoothing, two hops in a row), which training's mining applies as well.
 """
 import io
 import math
@@ -110,8 +112,9 @@ VALIDATION_FA_PER_HOUR = 1.0  # the stored threshold keeps the validation stream
 MIN_THRESHOLD, MAX_THRESHOLD = 0.5, float(THRESHOLDS[-1])
 WAKE_SMOOTHING_HOPS = 8       # the detection rule an enrolled file stores (its metadata's `detection`): a
 WAKE_MIN_HOPS = 2             # mean over 800 ms, two hops in a row. On the wake-word bench (2026-12-04,
-                              # BENCHMARKS.md) the runtime's default, 3 hops, missed 11–12 points more at 1 FA/h:
-                              # a said phrase holds its score for the half second its label lasts, speech's peaks do not
+                              # BENCHMARKS.md) the runtime's default, 3 hops, missed 1–13 points more at 1 FA/h and
+                              # 12–25 more at 1 FA/10 h (six models): a said phrase holds its score for the half
+                              # second its label lasts, speech's false peaks are brief
 WAKE_RULE = {"smoothing": WAKE_SMOOTHING_HOPS, "min_hops": WAKE_MIN_HOPS}
 
 
