@@ -57,7 +57,9 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
             by_snr[i] += stream.score(found, [e for e in events if e.snr_db == snr], model.keywords)[:2]
         if sweep:
             for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
-                                                    stream.THRESHOLDS, **stream.model_rule(model)).items():
+                                                    stream.THRESHOLDS, smoothing=rule["smoothing"],
+                                                    min_hops=rule["min_hops"],
+                                                    refractory_s=rule["refractory_s"]).items():
                 targets, hit, false = stream.matched(dets, events, model.keywords)
                 totals[th] += (len(targets), len(targets) - len(hit), len(false))
                 sources[th] += stream.false_accept_sources(false, events, model.keywords)

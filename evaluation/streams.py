@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.sweep import FEED_SECONDS, THRESHOLDS, model_rule, score_track, sweep_detections  # noqa: F401 (benches read them here)
+from evaluation.sweep import FEED_SECONDS, THRESHOLDS, score_track, sweep_detections  # noqa: F401 (benches read them here)
 from app.spotter import KeywordModel
 from corpus.clips import SILENCE, UNKNOWN, ClipError, list_clips, read_audio
 from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, WAKEWORD_FOLDER

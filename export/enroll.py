@@ -104,7 +104,7 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     proto = onnx.load(output)
-    set_metadata(proto, {"detection": json.dumps({"threshold": chosen["threshold"]} | recipe.WAKE_RULE),
+    set_metadata(proto, {"detection": json.dumps(meta["detection"] | {"threshold": chosen["threshold"]}),
                          "enroll": json.dumps(meta["enroll"])})
     onnx.save(proto, output)
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}

@@ -204,6 +204,7 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     assert model.streaming and enroll.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= enroll.MAX_THRESHOLD
     stored = json.loads({p.key: p.value for p in onnx.load(model.path).metadata_props}["enroll"])
     assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
+    assert model.meta["detection"] == {"threshold": stored["threshold"]} | enroll.WAKE_RULE   # and the rule
     assert 0.05 <= stored["validation_stream_hours"] < 0.06
     assert stored["validation_stream_false_accepts"] == 0 or stored["threshold"] == enroll.MAX_THRESHOLD
     scores = model.clip_scores(np.zeros(16_000, np.float32))
