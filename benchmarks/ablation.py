@@ -76,12 +76,13 @@ def last_checkpoint(out: Path, arm: str, seed: int) -> Path:
 
 
 def train_command(arm: str, seed: int, budget: Budget, data: Path, out: Path,
-                  extra: dict | None = None, resume: bool = False) -> list[str]:
-    """`python -m training.cli` for one run; `extra` overrides go last (a learning rate, a deadline)."""
+                  extra: dict | None = None, resume: bool = False, accelerator: str = "cpu") -> list[str]:
+    """`python -m training.cli` for one run; `extra` overrides go last (a learning rate, a deadline,
+    the data's sources)."""
     a = ARMS[arm]
     overrides = {**a.overrides, **(a.quick if budget.quick else {}), **budget.overrides(),
                  "trainer.seed": seed, "trainer.threads": 1, "trainer.progress_bar": "false",
-                 "trainer.checkpoint_every_n_steps": 0, "trainer.accelerator": "cpu",
+                 "trainer.checkpoint_every_n_steps": 0, "trainer.accelerator": accelerator,
                  "trainer.devices": 1, "trainer.run_dir": str(run_dir(out, arm, seed)),
                  "data.root": str(data), **(extra or {})}
     flags = [s for k, v in overrides.items() for s in (f"--{k}", str(v))]
@@ -91,7 +92,8 @@ def train_command(arm: str, seed: int, budget: Budget, data: Path, out: Path,
 
 def train_all(jobs: list[tuple[str, int]], budget: Budget, data: Path, out: Path,
               parallel: int, log=print, *, settings: dict | None = None, resume: bool = False,
-              deadline: float | None = None, longest_first: bool = True) -> dict:
+              deadline: float | None = None, longest_first: bool = True, accelerator: str = "cpu",
+              overrides: dict | None = None) -> dict:
     """Run every (arm, seed) as its own process, `parallel` at a time, one torch thread each.
     {(arm, seed): wall seconds}; a failed run raises with its log's tail.
 
@@ -99,10 +101,12 @@ def train_all(jobs: list[tuple[str, int]], budget: Budget, data: Path, out: Path
     resume: a run with a last.ckpt continues from it (its log appended to);
     deadline: a Unix time: no run starts after it, and each stops at the first epoch end from
     which another epoch would pass it (`trainer.stop_at`), so a run overruns it by one epoch at most;
-    longest_first: the costliest arms start first (shortest wall time), else the jobs' order."""
+    longest_first: the costliest arms start first (shortest wall time), else the jobs' order;
+    accelerator: Lightning's ("cpu", "gpu": every process on the one GPU, one CPU thread each);
+    overrides: for every run, after all others (the data's sources where they are elsewhere)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     waiting = sorted(jobs, key=lambda job: -ARMS[job[0]].epoch_cost) if longest_first else list(jobs)
-    extra = {"trainer.stop_at": deadline} if deadline is not None else {}
+    extra = ({"trainer.stop_at": deadline} if deadline is not None else {}) | (overrides or {})
     running, seconds = {}, {}
     while waiting or running:
         if deadline is not None and time.time() >= deadline:
@@ -114,7 +118,7 @@ def train_all(jobs: list[tuple[str, int]], budget: Budget, data: Path, out: Path
             again = resume and last_checkpoint(out, arm, seed).is_file()
             logfile = open(directory / "train.log", "a" if again else "w")
             own = {**(settings or {}).get(arm, {}), **extra}
-            proc = subprocess.Popen(train_command(arm, seed, budget, data, out, own, again),
+            proc = subprocess.Popen(train_command(arm, seed, budget, data, out, own, again, accelerator),
                                     stdout=logfile, stderr=subprocess.STDOUT, env=env)
             running[(arm, seed)] = (proc, time.monotonic(), logfile)
             log(f"  {'resuming' if again else 'training'} {arm} seed {seed}")

@@ -157,7 +157,9 @@ RESULTS = ("bench", "BENCHMARKS.md", "README.md")   # what benches write: not "u
 
 def git_commit() -> str:
     """The short commit of HEAD, marked "(uncommitted changes)" where tracked files other than the
-    benches' own RESULTS differ from it; "unknown" outside git."""
+    benches' own RESULTS differ from it; $ROTKWS_COMMIT where set; "unknown" outside git."""
+    if os.environ.get("ROTKWS_COMMIT"):                 # a copy without .git (a remote GPU's)
+        return os.environ["ROTKWS_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, timeout=10)

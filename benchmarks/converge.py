@@ -33,12 +33,14 @@ the measured figure. --quick: tiny networks, three steps an epoch on the 300-cli
 machinery in a minute, figures that mean nothing.
 """
 import argparse
+import concurrent.futures
 import csv
 import datetime
 import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -182,23 +184,38 @@ def sweep_state(out: Path, arms, quick: bool, before: dict) -> dict:
 
 
 def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick: bool,
-          record=lambda: None) -> None:
+          record=lambda: None, **how) -> None:
     """Train what the sweep lacks: one process per arm and factor; `record()` after each factor (the
-    state file then holds its scores, which git keeps where it keeps none of the sweep's runs)."""
+    state file then holds its scores, which git keeps where it keeps none of the sweep's runs).
+    Factors run one after another, or side by side where `jobs` holds every run of several
+    (a GPU's many processes). `how`: train_all's accelerator and overrides."""
     budget = sweep_budget(quick)
     scores = {arm: s["scores"] for arm, s in sweep_state(out, arms, quick, recorded(out)).items()}
-    for f in SWEEP_FACTORS:
-        todo = [(arm, 0) for arm in arms if scores[arm][factor_name(f)] is None]
-        if todo:
-            log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo)}")
-            ablation.train_all(todo, budget, data, sweep_dir(out, f), jobs, log, deadline=deadline,
-                               settings={arm: learning_rates(arm, f) for arm, _ in todo})
+    todo = {f: [(arm, 0) for arm in arms if scores[arm][factor_name(f)] is None] for f in SWEEP_FACTORS}
+    todo = {f: runs for f, runs in todo.items() if runs}
+    if not todo:
+        return
+    lock = threading.Lock()
+
+    def factor(f: float) -> None:
+        log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo[f])}")
+        ablation.train_all(todo[f], budget, data, sweep_dir(out, f), max(1, jobs // side_by_side), log,
+                           deadline=deadline, settings={arm: learning_rates(arm, f) for arm, _ in todo[f]},
+                           **how)
+        with lock:
             record()
+
+    side_by_side = max(1, min(len(todo), jobs // max(len(runs) for runs in todo.values())))
+    with concurrent.futures.ThreadPoolExecutor(side_by_side) as pool:
+        for done in [pool.submit(factor, f) for f in todo]:
+            done.result()
 
 
 # -- 2.–3. the runs and the state file --------------------------------------------------------------
-def budget_record(budget: Budget) -> dict:
-    return {"epochs": budget.epochs, "patience": budget.patience, "quick": budget.quick}
+def budget_record(budget: Budget, overrides: dict | None = None) -> dict:
+    """What every run of an OUT shares: the budget and the overrides of all runs (--set)."""
+    return {"epochs": budget.epochs, "patience": budget.patience, "quick": budget.quick,
+            "overrides": dict(overrides or {})}
 
 
 def recorded(out: Path) -> dict:
@@ -207,11 +224,11 @@ def recorded(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def check_budget(out: Path, budget: Budget) -> None:
-    was = recorded(out).get("budget")
-    if was is not None and was != budget_record(budget):
-        raise ClipError(f"{out} was started with {was}, not {budget_record(budget)}: pass the same "
-                        f"--epochs, --patience and --quick, or another --out")
+def check_budget(out: Path, budget: Budget, overrides: dict | None = None) -> None:
+    was, now = recorded(out).get("budget"), budget_record(budget, overrides)
+    if was is not None and {"overrides": {}} | was != now:
+        raise ClipError(f"{out} was started with {was}, not {now}: pass the same --epochs, "
+                        f"--patience, --quick and --set, or another --out")
 
 
 def run_state(out: Path, budget: Budget, arms, seeds, before: dict) -> dict:
@@ -226,13 +243,17 @@ def run_state(out: Path, budget: Budget, arms, seeds, before: dict) -> dict:
     return state
 
 
-def snapshot(out: Path, budget: Budget, arms, seeds) -> dict:
+def snapshot(out: Path, budget: Budget, arms, seeds, overrides: dict | None = None,
+             accelerator: str | None = None) -> dict:
     """The state file's content, read from the run directories and, for what they no longer hold,
-    from the state file before: the sweep of `arms` and of the arms it records, and every run."""
+    from the state file before: the sweep of `arms` and of the arms it records, and every run.
+    `accelerator`: this session's, added to the list of those the runs were trained on."""
     before = recorded(out)
     swept = [a for a in ARMS if a in arms or a in before.get("sweep", {}).get("arms", {})]
+    trained_on = before.get("trained_on", [])
+    trained_on += [accelerator] if accelerator and accelerator not in trained_on else []
     return {"updated": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
-            "budget": budget_record(budget),
+            "budget": budget_record(budget, overrides), "trained_on": trained_on,
             "sweep": {"factors": [factor_name(f) for f in SWEEP_FACTORS], "share": SWEEP_SHARE,
                       "arms": sweep_state(out, swept, budget.quick, before)},
             "runs": run_state(out, budget, arms, seeds, before)}
@@ -265,7 +286,7 @@ def saved_state(out: Path) -> dict:
     if not was:
         raise ClipError(f"{out / 'state.json'} does not exist: nothing was trained there")
     budget = Budget(was["budget"]["epochs"], was["budget"]["quick"], was["budget"]["patience"])
-    return snapshot(out, budget, list(was["sweep"]["arms"]), [])
+    return snapshot(out, budget, list(was["sweep"]["arms"]), [], was["budget"].get("overrides"))
 
 
 def status_lines(state: dict) -> list[str]:
@@ -299,15 +320,19 @@ def set_aside_stale(out: Path, state: dict, ready: dict) -> list[Path]:
 def converge(args) -> dict:
     out, data = Path(args.out), Path(args.data)
     budget = Budget(args.epochs, args.quick, args.patience)
-    check_budget(out, budget)
+    check_budget(out, budget, args.overrides)
     deadline = time.time() + 3600 * args.hours if args.hours else None
     seeds = list(range(args.seeds))
-    sweep(args.arms, data, out, args.jobs, deadline, args.quick,
-          record=lambda: write_state(out, snapshot(out, budget, args.arms, seeds)))
-    state = write_state(out, snapshot(out, budget, args.arms, seeds))
+    how = {"accelerator": args.accelerator, "overrides": args.overrides}
+
+    def state_now() -> dict:
+        return write_state(out, snapshot(out, budget, args.arms, seeds, args.overrides, args.accelerator))
+
+    sweep(args.arms, data, out, args.jobs, deadline, args.quick, record=state_now, **how)
+    state = state_now()
     ready = {arm: s["lr"] for arm, s in state["sweep"]["arms"].items() if s["lr"] is not None}
     if set_aside_stale(out, state, ready):
-        state = write_state(out, snapshot(out, budget, args.arms, seeds))
+        state = state_now()
     runs = state["runs"]
     todo = [(arm, s) for s in seeds for arm in args.arms if arm in ready and not runs[arm][str(s)]["finished"]]
     try:
@@ -316,9 +341,9 @@ def converge(args) -> dict:
             for arm, s in todo:
                 mend_last(out, arm, s)
             ablation.train_all(todo, budget, data, out, args.jobs, log, settings=ready, resume=True,
-                               deadline=deadline, longest_first=False)
+                               deadline=deadline, longest_first=False, **how)
     finally:                                           # a failed run: the others' epochs recorded
-        state = write_state(out, snapshot(out, budget, args.arms, seeds))
+        state = state_now()
         trim(out, state)
     log("state:\n" + "\n".join(status_lines(state)))
     return state
@@ -426,6 +451,10 @@ def markdown(rep: dict) -> str:
              f"testing split ({rep['n_test'] or '—'} clips of held-out speakers). Interval: Student's t, "
              f"95 %, over the finished seeds; Welch's t-test of each arm against `{REFERENCE}`, "
              f"significant when Holm-corrected p < {stats.ALPHA}.", "",
+             f"Trained on: {', '.join(state.get('trained_on', [])) or 'cpu'} (gpu: every run a process of "
+             f"its own on the one GPU, one CPU thread each, bf16 mixed precision; cpu: one thread, "
+             f"float32). Overrides of every run: "
+             f"{', '.join(f'`{k}={v}`' for k, v in budget.get('overrides', {}).items()) or 'none'}.", "",
              f"Learning-rate sweep (seed 0, one epoch over {SWEEP_SHARE:.0%} of the training batches, "
              f"best val/acc; lr × the config's, both groups):", ""] + sweep_rows(state)
     lines += ["", "Finished runs:", ""] + (arm_rows(rep) if rep["arms"] else ["None yet."])
@@ -435,7 +464,7 @@ def markdown(rep: dict) -> str:
                   f"times a model (one thread, median of {TIMING['rounds']} rounds over "
                   f"{TIMING['seconds']:g} s of audio, load average {load['load_average']:.1f}); a clip "
                   f"model (the DS-CNN) scores a 1 s window every 100 ms. Minutes per epoch: the median "
-                  f"logged epoch (validation included), one thread, beside whatever else ran."]
+                  f"logged epoch (validation included), where the runs trained, beside whatever else ran."]
     lines += ["", "Validation curves (val/acc after each epoch):", "", "| run | curve |", "| --- | --- |"]
     lines += [f"| {r['arm']} seed {r['seed']} | {curve_text(r['curve'])} |" for r in rep["runs"]]
     lines += ["", "Unfinished (the same command resumes them):", ""]
@@ -453,6 +482,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=8, help="the epoch budget, every arm (default 8)")
     p.add_argument("--patience", type=int, default=2, help="epochs without a better val/acc that end a run (default 2)")
     p.add_argument("--jobs", type=int, default=1, help="training processes at once, one thread each (default 1)")
+    p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu",
+                   help="where the runs train (gpu: every process on the one GPU; default cpu)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override of every run (e.g. data.sources where the data is packed "
+                        "otherwise: benchmarks/carry.py), recorded in state.json; an OUT keeps its own")
+    p.add_argument("--train-only", action="store_true",
+                   help="train and record the state, report nothing (where the testing clips are not)")
     p.add_argument("--hours", type=float, default=0.0, help="this session's wall-clock budget (0: none)")
     p.add_argument("--out", default=str(OUT), help=f"runs, state.json, report.md (default {OUT})")
     p.add_argument("--data", default=str(default_data_root()), help="the shared data folder")
@@ -461,6 +497,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny networks, three steps an epoch: the machinery")
     args = p.parse_args(argv)
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [kv for kv in args.set if "=" not in kv or not kv.split("=", 1)[0].strip()]
+    if bad:
+        p.error(f"--set: expected KEY=VALUE (e.g. data.batch_size=256), got {bad}")
+    args.overrides = {k.strip(): v for k, v in (kv.split("=", 1) for kv in args.set)}
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown or not args.arms:
         p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ARMS)}")
@@ -474,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     try:
         state = saved_state(out) if args.report else converge(args)
+        if args.train_only:
+            log(f"state in {out / 'state.json'}; the report: python -m benchmarks.converge --report")
+            return 0
         rep = report(state, Path(args.data), out, timing=not state["budget"]["quick"])
     except ClipError as e:
         print(f"benchmarks.converge: {e}", file=sys.stderr)
