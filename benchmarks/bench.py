@@ -291,10 +291,37 @@ def interval_text(s: dict) -> str:
     return f"{pct(s['mean'])} [{100 * s['low']:.1f}, {100 * s['high']:.1f}]"
 
 
-def headline_rows(r: dict) -> list[str]:
-    """The README's table: this run's figures, then the anchors (not the same test)."""
+def converged_report(path: Path | None = None) -> dict | None:
+    """benchmarks/converge.py's last report (the ablation trained to the end), where it has
+    finished arms and is not --quick; else None."""
+    path = path or BENCH_DIR / "converge" / "report.json"
+    if not path.is_file():
+        return None
+    rep = json.loads(path.read_text())
+    return rep if rep.get("arms") and not rep.get("state", {}).get("budget", {}).get("quick") else None
+
+
+def converged_rows(rep: dict | None) -> list[str]:
+    """The headline's ablation rows: each arm trained to the end (benchmarks/converge.py), seeds
+    with their interval; none before that has finished (one-epoch runs say who starts faster)."""
+    if rep is None:
+        return []
+    rows = []
+    for arm, a in rep["arms"].items():
+        runs = [x for x in rep["runs"] if x["arm"] == arm]
+        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
+        lo, hi = min(x["epochs"] for x in runs), max(x["epochs"] for x in runs)
+        epochs = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        rows.append(f"| {a['title']}, trained to the end ({epochs} epochs), {plural(len(runs), 'seed')} | "
+                    f"{interval_text(a['accuracy'])} | — | {'—' if ms is None else f'{ms:.1f}'} | same clips; "
+                    f"[bench/converge/report.md](bench/converge/report.md) |")
+    return rows
+
+
+def headline_rows(r: dict, converged: dict | None = None) -> list[str]:
+    """The README's table: this run's figures, the ablation trained to the end (`converged`:
+    converged_report()), then the anchors (not the same test)."""
     clip, st, cost = r["clip"], r["stream"], r["cost"]["float32"]
-    ab = r["ablation"]
     data = (f"{clip['n']} clips of {clip['speakers']} held-out speakers, "
             f"`speech_commands_v0.02_test_dev` ({r['date']})")
     p10 = st["points"]["1 FA/10 h"]
@@ -303,10 +330,7 @@ def headline_rows(r: dict) -> list[str]:
             f"| **rotkws default** (`{Path(r['model']['path']).name}`, {size_text(cost)}) | "
             f"{pct(clip['accuracy'])} | {pct(p10['miss_rate']) if p10 else 'not reached'} | "
             f"{cost['ms']['1']['stream']:.1f} | {data}; stream {st['hours']:.2g} h |"]
-    for arm, a in ab["arms"].items():
-        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
-        rows.append(f"| {a['title']}, {plural(ab['epochs'], 'epoch')} here, {plural(a['accuracy']['n'], 'seed')} | "
-                    f"{interval_text(a['accuracy'])} | — | {'—' if ms is None else f'{ms:.1f}'} | same clips |")
+    rows += converged_rows(converged)
     rows += [f"| {name} *(published)* | {figure} | | | {what} |" for name, figure, what in ANCHORS]
     return rows
 
@@ -321,7 +345,7 @@ def markdown(r: dict) -> str:
     if r["mode"] == "quick":
         lines += ["**Quick mode: tiny networks, a few training steps and a short stream. These figures "
                   "check the machinery and mean nothing.**", ""]
-    lines += ["## Headline", ""] + headline_rows(r) + [
+    lines += ["## Headline", ""] + headline_rows(r, converged_report()) + [
         "", "The published rows are other models on other data (see *data*): they are the field's "
             "marks, not results of this run.", "",
         "## Data", "",
@@ -393,11 +417,19 @@ def markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(r: dict, path: Path = README) -> None:
-    """Rewrite the README's `<!-- bench:headline -->` block from this run."""
+def write_readme(r: dict, path: Path = README, converged: dict | None = None) -> None:
+    """Rewrite the README's `<!-- bench:headline -->` block from this run and the ablation trained
+    to the end (`converged`: benchmarks/converge.py's report)."""
     import re
+    done = ""
+    if converged is not None:
+        on = ", ".join(converged["state"].get("trained_on", [])) or "cpu"
+        done = (f"; the ablation trained to the end from `python -m benchmarks.converge`, "
+                f"{converged['state']['updated'][:10]}, on {on}: "
+                f"[bench/converge/report.md](bench/converge/report.md)")
     body = (f"<!-- bench:headline -->\n_From `rotkws bench`, {r['date']}, {r['machine']}: "
-            f"[bench/report.md](bench/report.md)._\n\n" + "\n".join(headline_rows(r)) + "\n<!-- /bench:headline -->")
+            f"[bench/report.md](bench/report.md){done}._\n\n" + "\n".join(headline_rows(r, converged))
+            + "\n<!-- /bench:headline -->")
     text = path.read_text()
     pattern = re.compile(r"<!-- bench:headline -->.*?<!-- /bench:headline -->", re.S)
     if not pattern.search(text):
@@ -440,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.md").write_text(markdown(report))
     figures(report, out)
     if not args.quick and not args.no_readme and out.resolve() == BENCH_DIR.resolve():
-        write_readme(report)
+        write_readme(report, converged=converged_report())
     log(f"wrote {out / 'report.md'}")
     return 0
 

@@ -19,17 +19,18 @@ its own learning rate, several seeds, until validation accuracy stops improving.
    started with another budget is refused.
 4. The report: the finished runs' best-val weights on the testing split (mean, 95 % interval,
    Welch + Holm against RotRNN), their validation curves, weights, FLOPs and ONNX CPU ms per second
-   of audio streaming; OUT/report.md, and BENCHMARKS.md's section `converge` unless --quick.
+   of audio streaming; OUT/report.md and report.json, BENCHMARKS.md's section `converge` and the
+   README's headline rows (`rotkws bench`'s table, re-rendered) unless --quick.
 5. What lasts: each session may run on a fresh clone, so git keeps of OUT (bench/converge,
-   .gitignore) only state.json and each run's checkpoints/last.ckpt (the resume point; removed
+   .gitignore) only state.json, report.md, report.json and each run's checkpoints/last.ckpt (the resume point; removed
    once the run has finished, its record being in state.json) and checkpoints/best.ckpt (cut to
    the weights the report reads: `trim`). Logs, the sweep's runs and superseded/ stay behind:
    what they held is in state.json. A session ends with `git add bench/converge` and a commit.
 
-Cost, before any of it was measured: `rotkws bench`'s one-epoch runs of these arms took 250–380 s
-each, start-up included, two at a time on one thread each (bench/report.md, 2026-12, Intel Xeon),
-so the sweep is about 50 min and each run of 8 epochs 30–50 min; the report's minutes per epoch are
-the measured figure. --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
+Cost: on this project's 2-core CPUs a one-epoch run of an arm takes 250–380 s (bench/report.md), so
+the sweep is about 50 min and each run of 8 epochs 30–50 min. On one H200 (benchmarks/converge_gpu.sh,
+--accelerator gpu --jobs 16, the data packed by benchmarks/carry.py) the whole of it, sweep and
+twelve runs of 8 epochs, took 6 min (2026-12-04, BENCHMARKS.md "Training runs"). --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
 machinery in a minute, figures that mean nothing.
 """
 import argparse
@@ -49,7 +50,8 @@ import torch
 
 from benchmarks import ablation, stats
 from benchmarks.ablation import ARMS, REFERENCE, Budget
-from benchmarks.bench import git_commit, interval_text, log, onnx_cost
+from benchmarks import bench
+from benchmarks.bench import BENCH_DIR, git_commit, interval_text, log, onnx_cost, read_report, write_readme
 from benchmarks.report import write_section
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
@@ -59,7 +61,7 @@ OUT = Path(__file__).resolve().parents[1] / "bench" / "converge"
 SWEEP_FACTORS = (1 / 3, 1.0, 3.0, 9.0)   # × the config's lr and recurrent_lr: a grid a factor 3 apart
                                          # (×9 added when ×3, the old edge, won for three of four arms)
 SWEEP_SHARE = 0.5                        # of one epoch's training batches per sweep run: 16 runs ≈ 8 epochs
-TIMING = {"seconds": 10.0, "rounds": 3}   # the ONNX timing of each arm's first finished seed
+TIMING = {"seconds": 20.0, "rounds": 7}   # the ONNX timing of each arm's first finished seed
 BEST_KEYS = ("epoch", "global_step", "state_dict", "rotkws")   # what the report reads of a best.ckpt
                                          # (load_network, score_run); not the optimiser's, twice the weights
 
@@ -286,7 +288,8 @@ def saved_state(out: Path) -> dict:
     if not was:
         raise ClipError(f"{out / 'state.json'} does not exist: nothing was trained there")
     budget = Budget(was["budget"]["epochs"], was["budget"]["quick"], was["budget"]["patience"])
-    return snapshot(out, budget, list(was["sweep"]["arms"]), [], was["budget"].get("overrides"))
+    state = snapshot(out, budget, list(was["sweep"]["arms"]), [], was["budget"].get("overrides"))
+    return state | {k: was[k] for k in ("updated", "commit") if k in was}     # when and what trained
 
 
 def status_lines(state: dict) -> list[str]:
@@ -370,13 +373,23 @@ def median(values) -> float:
     return float(np.median(values)) if values else math.nan
 
 
-def timed(arm: str, seed: int, out: Path) -> dict:
-    """Export the run's best weights and time them as bench.py times a model (1 thread)."""
+def timed(runs: dict[str, int], out: Path) -> dict[str, dict]:
+    """{arm: cost}: each run's ({arm: seed}) best weights exported and timed as bench.py times a
+    model (1 thread), the arms in turn within each round, so that whatever else the machine runs
+    weighs on each alike; the median round's ms."""
     from export.onnx import export_onnx
     from training.evaluate import load_network
-    path = ablation.run_dir(out, arm, seed) / "best.onnx"
-    export_onnx(load_network(best_checkpoint(out, arm, seed)), path)
-    return onnx_cost(path, TIMING["seconds"], TIMING["rounds"], threads=(1,))
+    paths = {}
+    for arm, seed in runs.items():
+        paths[arm] = ablation.run_dir(out, arm, seed) / "best.onnx"
+        export_onnx(load_network(best_checkpoint(out, arm, seed)), paths[arm])
+    costs = {arm: [] for arm in paths}
+    for _ in range(TIMING["rounds"]):
+        for arm, path in paths.items():
+            costs[arm].append(onnx_cost(path, TIMING["seconds"], 1, threads=(1,)))
+    return {arm: c[0] | {"ms": {"1": {m: float(np.median([x["ms"]["1"][m] for x in c])) for m in ("stream", "clip")}},
+                         "load_average": os.getloadavg()[0]}
+            for arm, c in costs.items()}
 
 
 def report(state: dict, data: Path, out: Path, timing: bool) -> dict:
@@ -388,15 +401,16 @@ def report(state: dict, data: Path, out: Path, timing: bool) -> dict:
     runs = [ablation.score_run(arm, seed, out, clips, "best") | state["runs"][arm][str(seed)]
             for arm, seed in finished]
     arms = summarise(runs)
+    first = {arm: min(r["seed"] for r in runs if r["arm"] == arm) for arm in arms}
     for arm, a in arms.items():
-        first = min(r["seed"] for r in runs if r["arm"] == arm)
-        mine = next(r for r in runs if r["arm"] == arm and r["seed"] == first)
+        mine = next(r for r in runs if r["arm"] == arm and r["seed"] == first[arm])
         a |= {"title": ARMS[arm].title, "parameters": mine["parameters"],
               "flops_per_second": mine["flops_per_second"], "sweep": state["sweep"]["arms"].get(arm)}
         a["minutes_per_epoch"] = median([r["epoch_seconds"] for r in runs if r["arm"] == arm]) / 60
-        if timing:
-            log(f"  exporting and timing {arm} seed {first}")
-            a["onnx_cost"] = timed(arm, first, out) | {"load_average": os.getloadavg()[0]}
+    if timing and arms:
+        log(f"  exporting and timing {', '.join(f'{arm} seed {s}' for arm, s in first.items())}")
+        for arm, cost in timed(first, out).items():
+            arms[arm]["onnx_cost"] = cost
     unfinished = [{"arm": arm, "seed": int(s), **r} for arm, seeds in state["runs"].items()
                   for s, r in seeds.items() if not r["finished"]]
     return {"arms": dict(sorted(arms.items(), key=lambda kv: list(ARMS).index(kv[0]))), "runs": runs,
@@ -444,7 +458,7 @@ def markdown(rep: dict) -> str:
     state, budget = rep["state"], rep["state"]["budget"]
     quick = " **--quick: tiny networks, three steps an epoch; these figures mean nothing.**" if budget["quick"] else ""
     lines = [f"State of {state['updated']} (commit {state['commit']}).{quick}", "",
-             f"Each arm trained from scratch by `rotkws train` (one thread) at the learning rate its "
+             f"Each arm trained from scratch by `rotkws train` at the learning rate its "
              f"sweep chose, until val/acc had not improved for {budget['patience']} epochs, or for at "
              f"most {budget['epochs']} epochs, the same for every arm (the cosine schedule spans them; "
              f"the default model's recipe has 12). Scored with each run's best-val/acc weights on the "
@@ -452,8 +466,8 @@ def markdown(rep: dict) -> str:
              f"95 %, over the finished seeds; Welch's t-test of each arm against `{REFERENCE}`, "
              f"significant when Holm-corrected p < {stats.ALPHA}.", "",
              f"Trained on: {', '.join(state.get('trained_on', [])) or 'cpu'} (gpu: every run a process of "
-             f"its own on the one GPU, one CPU thread each, bf16 mixed precision; cpu: one thread, "
-             f"float32). Overrides of every run: "
+             f"its own on the one GPU, one CPU thread each; cpu: one thread; precision `trainer.precision`'s, "
+             f"by default bf16 mixed on a GPU, float32 on a CPU). Overrides of every run: "
              f"{', '.join(f'`{k}={v}`' for k, v in budget.get('overrides', {}).items()) or 'none'}.", "",
              f"Learning-rate sweep (seed 0, one epoch over {SWEEP_SHARE:.0%} of the training batches, "
              f"best val/acc; lr × the config's, both groups):", ""] + sweep_rows(state)
@@ -461,7 +475,7 @@ def markdown(rep: dict) -> str:
     if any("onnx_cost" in a for a in rep["arms"].values()):
         load = next(a["onnx_cost"] for a in rep["arms"].values() if "onnx_cost" in a)
         lines += ["", f"CPU ms: each arm's first finished seed exported and timed as `rotkws bench` "
-                  f"times a model (one thread, median of {TIMING['rounds']} rounds over "
+                  f"times a model (one thread, the arms in turn within each round, the median of {TIMING['rounds']} rounds over "
                   f"{TIMING['seconds']:g} s of audio, load average {load['load_average']:.1f}); a clip "
                   f"model (the DS-CNN) scores a 1 s window every 100 ms. Minutes per epoch: the median "
                   f"logged epoch (validation included), where the runs trained, beside whatever else ran."]
@@ -527,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     if not state["budget"]["quick"] and not args.no_write and rep["runs"]:
         write_section("converge", "The ablation trained to the end: RotRNN, no ξ, LRU, DS-CNN", text,
                       script="converge")
+        last = BENCH_DIR / "report.json"                # rotkws bench's: the rest of the headline
+        if out.resolve() == OUT.resolve() and last.is_file() and read_report(last)["mode"] != "quick":
+            write_readme(read_report(last), converged=bench.converged_report())
     log(f"wrote {out / 'report.md'}")
     return 0
 

@@ -21,6 +21,7 @@ from benchmarks.ablation import Budget
 from conftest import REPO
 
 KEPT = converge.OUT.relative_to(REPO).as_posix()     # bench/converge: what .gitignore keeps of it
+REPORT = {"report.md", "report.json"}
 
 
 def test_choose_takes_the_best_validation_accuracy_and_a_tie_nearest_the_config():
@@ -152,10 +153,11 @@ def clone(out, to) -> None:
         shutil.copy2(out / name, to / name)
 
 
-def test_git_keeps_the_state_and_the_runs_checkpoints_and_nothing_else():
+def test_git_keeps_the_state_the_report_and_the_runs_checkpoints_and_nothing_else():
     run = "runs/rotrnn_no_xi/seed2"
-    keep = {"state.json", f"{run}/checkpoints/last.ckpt", f"{run}/checkpoints/best.ckpt"}
-    leave = {"report.md", "report.json", f"{run}/train.log", f"{run}/best.onnx",
+    keep = {"state.json", "report.md", "report.json", f"{run}/checkpoints/last.ckpt",
+            f"{run}/checkpoints/best.ckpt"}
+    leave = {f"{run}/train.log", f"{run}/best.onnx",
              f"{run}/logs/version_1/metrics.csv", f"{run}/logs/version_1/hparams.yaml",
              "sweep/x0.333/runs/lru/seed0/checkpoints/last.ckpt",
              "sweep/x0.333/runs/lru/seed0/checkpoints/best.ckpt",
@@ -210,7 +212,7 @@ def test_sessions_on_fresh_clones_continue_from_what_git_keeps(shared_data, tmp_
     assert state["sweep"]["arms"]["rotrnn"]["chosen"] == converge.factor_name(converge.SWEEP_FACTORS[0])
     run = state["runs"]["rotrnn"]["0"]                 # stopped by --hours at an epoch end
     assert run["epochs"] >= 1 and not run["finished"] and len(run["curve"]) == run["epochs"]
-    assert kept(first) == {"state.json", f"{ckpts}/last.ckpt", f"{ckpts}/best.ckpt"}
+    assert kept(first) == REPORT | {"state.json", f"{ckpts}/last.ckpt", f"{ckpts}/best.ckpt"}
 
     clone(first, second)                               # no logs: the curve so far is state.json's
     r = run_converge(*args, "--out", str(second), data=shared_data)
@@ -224,7 +226,7 @@ def test_sessions_on_fresh_clones_continue_from_what_git_keeps(shared_data, tmp_
     best = torch.load(second / ckpts / "best.ckpt", map_location="cpu", weights_only=True)
     assert set(best) == set(converge.BEST_KEYS)                                  # no optimiser state
     assert best["epoch"] == done["curve"].index(max(done["curve"]))              # best over both sessions
-    assert kept(second) == {"state.json", f"{ckpts}/best.ckpt"}                  # finished: no last.ckpt
+    assert kept(second) == REPORT | {"state.json", f"{ckpts}/best.ckpt"}         # finished: no last.ckpt
 
     clone(second, third)
     r = run_converge(*args, "--out", str(third), data=shared_data)
@@ -232,3 +234,42 @@ def test_sessions_on_fresh_clones_continue_from_what_git_keeps(shared_data, tmp_
     assert "training" not in r.stdout and "sweep:" not in r.stdout
     assert json.loads((third / "state.json").read_text())["runs"]["rotrnn"]["0"] == done
     assert f"| rotrnn seed 0 | {converge.curve_text(done['curve'])} |" in (third / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_overrides_of_every_run_are_recorded_kept_to_and_train_only_reports_nothing(shared_data, tmp_path):
+    args = ["--arms", "rotrnn", "--seeds", "1", "--epochs", "1", "--out", str(tmp_path), "--jobs", "8"]
+    r = run_converge(*args, "--set", "data.batch_size=16", "--train-only", data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    started = [i for i, line in enumerate(lines) if "sweep: learning rates" in line]
+    assert len(started) == len(converge.SWEEP_FACTORS)                # every factor side by side:
+    assert max(started) < min(i for i, line in enumerate(lines) if "trained rotrnn" in line)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["budget"]["overrides"] == {"data.batch_size": "16"} and state["trained_on"] == ["cpu"]
+    assert None not in state["sweep"]["arms"]["rotrnn"]["scores"].values()
+    assert state["runs"]["rotrnn"]["0"]["finished"] and not (tmp_path / "report.md").exists()
+    ckpt = torch.load(converge.best_checkpoint(tmp_path, "rotrnn", 0), map_location="cpu", weights_only=True)
+    assert ckpt["rotkws"]["train_config"]["data"]["batch_size"] == 16
+    other = run_converge(*args, "--set", "data.batch_size=32", data=shared_data)
+    assert other.returncode == 2 and "was started with" in other.stderr and "--set" in other.stderr
+    r = run_converge("--report", "--out", str(tmp_path), data=shared_data)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    md = (tmp_path / "report.md").read_text()
+    assert "Overrides of every run: `data.batch_size=16`" in md and "Trained on: cpu" in md
+
+
+def test_set_needs_key_value_and_the_accelerator_reaches_every_run(tmp_path):
+    with pytest.raises(SystemExit):
+        converge.parse_args(["--set", "data.batch_size"])
+    assert converge.parse_args(["--set", "a.b=c=d"]).overrides == {"a.b": "c=d"}
+    command = ablation.train_command("lru", 0, Budget(1), tmp_path, tmp_path, {"data.batch_size": 8},
+                                     accelerator="gpu")
+    flags = dict(zip(command[5::2], command[6::2]))
+    assert flags["--trainer.accelerator"] == "gpu" and flags["--data.batch_size"] == "8"
+    assert flags["--model.layer"] == "lru"
+    old = {"epochs": 8, "patience": 2, "quick": False}               # a state file from before --set
+    (tmp_path / "state.json").write_text(json.dumps({"budget": old}))
+    converge.check_budget(tmp_path, Budget(8, False, 2))
+    with pytest.raises(converge.ClipError, match="was started with"):
+        converge.check_budget(tmp_path, Budget(8, False, 2), {"data.batch_size": "8"})

@@ -315,3 +315,15 @@ def test_the_bundled_wake_word_is_an_enrolled_file_that_hears_real_recordings_it
     assert len(heard) == 5 and all(h in ([], ["alexa"]) for h in heard)
     assert sum(h == ["alexa"] for h in heard) >= WAKE_HEARD_FLOOR
     assert not KeywordSpotter(model).process(np.zeros(5 * 16_000, np.float32), 16_000).detections
+
+
+def test_recordings_that_are_not_audio_are_left_out_and_named_and_none_readable_is_an_error(tmp_path):
+    real = sorted((REPO / "tests" / "data" / "wakeword" / "alexa").glob("*.flac"))[:2]
+    broken = tmp_path / "126.flac"
+    broken.write_bytes(real[0].read_bytes()[:200] + b"\x00" * 4000)     # a header, then no stream
+    audio, skipped = enroll.read_recordings([*real, broken])
+    assert len(audio) == 2 and all(a.ndim == 1 and len(a) > 8000 for a in audio)
+    assert len(skipped) == 1 and "126.flac" in skipped[0]
+    with pytest.raises(enroll.ClipError, match="none of the 1 recordings"):
+        enroll.read_recordings([broken])
+    assert enroll.read_recordings([]) == ([], [])

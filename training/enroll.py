@@ -208,8 +208,25 @@ def opus(audio: np.ndarray) -> np.ndarray:
     return out[: len(audio)]
 
 
+def read_recordings(paths) -> tuple[list[np.ndarray], list[str]]:
+    """The recordings of the phrase (`--recordings`) at 16 kHz, and a line for each that is not
+    readable audio (a corrupt file among many is left out and named); none readable: ClipError."""
+    audio, skipped = [], []
+    for f in paths:
+        try:
+            audio.append(real_speech.read(Path(f)))
+        except ClipError as e:
+            skipped.append(str(e))
+    if paths and not audio:
+        raise ClipError(f"none of the {len(paths)} recordings is readable audio: " + "; ".join(skipped[:3]))
+    return audio, skipped
+
+
 def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) -> Items:
     """Synthesise the phrase and the synthetic negatives; read the real negatives."""
+    recorded, unreadable = read_recordings(cfg.recordings)          # first: a bad list fails at once
+    for line in unreadable:
+        print(f"enroll: left out {line}", file=sys.stderr)
     others = [w for w in NEGATIVE_WORDS if not same_word(w, phrase)]
     parts = tts.phrase_parts(phrase)
     n_parts = round(PART_SHARE * cfg.tts_negatives) if parts else 0
@@ -221,7 +238,6 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
     if len(pos.clips) < max(1, cfg.positives // 2):
         raise PhraseError(f"the text-to-speech engines said {phrase!r} audibly only "
                           f"{len(pos.clips)} times out of {cfg.positives}")
-    recorded = [real_speech.read(Path(f)) for f in cfg.recordings]
     real = real_negatives(data, phrase, cfg.wav_negatives, rng)
     images = image_negatives(data, phrase, cfg.images, rng)
     speech, texts = (speech_negatives(data, phrase, UTTERANCES_PER_WINDOW * cfg.speech_negatives, rng)
@@ -230,7 +246,8 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) 
     if cfg.tts_sentences and texts:
         with tqdm(total=cfg.tts_sentences, desc="sentences", unit="clip", file=sys.stderr) as bar:
             sentences = say([t.lower() for t in texts], cfg.tts_sentences, rng, bar.update)
-    sources = {"positives": pos.engines | ({"recordings": len(recorded)} if recorded else {}),
+    sources = {"positives": pos.engines | ({"recordings": len(recorded)} if recorded else {})
+                             | ({"recordings_unreadable": len(unreadable)} if unreadable else {}),
                "synthetic_negatives": len(neg.clips) + len(part.clips),
                "phrase_pieces": parts, "real_recordings": len(real), "images": len(images),
                "speech_utterances": len(speech), "synthetic_sentences": len(sentences.clips),
