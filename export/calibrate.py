@@ -11,6 +11,11 @@ its misses and false accepts; the thresholds minimise misses + λ · false accep
 with the smallest λ whose total stays within --fa-per-hour (ties go to the higher threshold).
 The chosen set is then scored with the full detection rule (all keywords at once), and that
 measurement is stored beside it (`calibration`).
+
+A file `rotkws enroll` wrote (a wake word) is calibrated as enroll calibrates it: the lowest
+threshold whose false accepts on enroll's validation stream of real speech stay within
+--fa-per-hour (default: enroll's VALIDATION_FA_PER_HOUR), its own seed and length; --hours and
+--seed are the command models' (export/enroll.py: `retune`).
 """
 import argparse
 import datetime
@@ -108,33 +113,49 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--data", help="the data root holding the stream sources (default: $ROTKWS_DATA, "
                                   "else ../shared/data)")
     p.add_argument("--hours", type=float, default=HOURS, help=f"validation stream length (default {HOURS:g})")
-    p.add_argument("--fa-per-hour", type=float, default=FA_PER_HOUR,
-                   help=f"false accepts per hour to allow (default {FA_PER_HOUR:g})")
+    p.add_argument("--fa-per-hour", type=float, default=None,
+                   help=f"false accepts per hour to allow (default {FA_PER_HOUR:g}; an enrolled "
+                        f"wake word: enroll's own budget)")
     p.add_argument("--seed", type=int, default=SEED, help=f"first stream seed (default {SEED})")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
-    if not args.hours > 0 or not args.fa_per_hour > 0:
+    if not args.hours > 0 or not (args.fa_per_hour is None or args.fa_per_hour > 0):
         print("rotkws calibrate: --hours and --fa-per-hour must be > 0", file=sys.stderr)
         return 2
     from corpus.folders import default_data_root
     data = Path(args.data) if args.data else default_data_root()
+    out = Path(args.output or args.model)
     try:
         model = KeywordModel(args.model)
+        if "enroll" in model.session.get_modelmeta().custom_metadata_map:
+            return calibrate_enrolled(Path(args.model), out, data, args.fa_per_hour)
         if not model.streaming:
             raise ModelError(f"{args.model}: a clip model; calibration needs a streaming one")
-        result = calibrate(model, data, hours=args.hours, fa_per_hour=args.fa_per_hour, seed=args.seed)
+        result = calibrate(model, data, hours=args.hours, fa_per_hour=args.fa_per_hour or FA_PER_HOUR,
+                           seed=args.seed)
     except (ValueError, OSError) as e:                 # ModelError, ClipError, unreadable data
         print(f"rotkws calibrate: {e}", file=sys.stderr)
         return 2
-    out = Path(args.output or args.model)
     write(Path(args.model), out, result)
     m = result["calibration"]["measured"]
     print(json.dumps({"model": str(out), "threshold": result["detection"]["threshold"],
                       "validation": {"miss_rate": round(m["miss_rate"], 4), "fa_per_hour": round(m["fa_per_hour"], 3),
                                      "hours": round(m["hours"], 2), "keyword_events": m["keyword_events"]}}))
+    return 0
+
+
+def calibrate_enrolled(model: Path, out: Path, data: Path, fa_per_hour: float | None) -> int:
+    """An enrolled wake word's threshold chosen again as enroll chooses it (export/enroll.py)."""
+    from export.enroll import retune
+    from training.enroll import VALIDATION_FA_PER_HOUR
+    record = retune(model, out, data, fa_per_hour or VALIDATION_FA_PER_HOUR)
+    print(json.dumps({"model": str(out), "threshold": record["threshold"], "was": record["retuned_from"],
+                      "validation": {"false_accepts": record["validation_stream_false_accepts"],
+                                     "hours": record["validation_stream_hours"],
+                                     "fa_per_hour_allowed": record["fa_per_hour"]}}))
     return 0
 
 

@@ -3,7 +3,9 @@ training/enroll.py). This command trains it, exports it as the streaming ONNX fi
 export` writes, and chooses its threshold on a stream of real speech through the runtime:
 the validation speakers (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither
 training nor the bench) in the wake-word bench's mix (evaluation/wakestream.py), the stored
-threshold the lowest that keeps them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour.
+threshold the lowest that keeps them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour
+(`--fa-per-hour`). `rotkws calibrate FILE.onnx --fa-per-hour F` chooses it again for an enrolled
+file, on the same stream, without training (`retune`).
 """
 import argparse
 import json
@@ -25,7 +27,7 @@ from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detectio
 from training import enroll as recipe
 from training import tts
 from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
-                             VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
+                             HELD_OUT_RATES, VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
 from training.tts import PhraseError
 
 from .onnx import export_onnx, set_metadata
@@ -52,18 +54,40 @@ def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float 
 
 
 def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfig, rng) -> dict:
-    """The threshold the runtime fires at no more than VALIDATION_FA_PER_HOUR on the validation
-    stream of its phrase (`validation_stream`, `stream_threshold`), and what that stream measured."""
+    """The threshold the runtime fires at no more than cfg.fa_per_hour on the validation stream of
+    its phrase (`validation_stream`, `stream_threshold`), and what that stream measured."""
     model = KeywordModel(model_path)
     audio, hours = validation_stream(data, noise, cfg.validation_hours, rng, model.keywords[0])
     times, scores = score_track(model, audio)
     sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS, **model_rule(model))
     counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours)
+    th = stream_threshold(counts, hours, cfg.fa_per_hour)
     near = min(counts, key=lambda t: abs(t - th))
-    return {"threshold": th, "validation_stream_hours": round(hours, 3),
+    return {"threshold": th, "fa_per_hour": cfg.fa_per_hour, "validation_stream_hours": round(hours, 3),
             "validation_stream_false_accepts": counts[near],
             "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / hours, 2)}
+
+
+def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> dict:
+    """Choose an enrolled file's threshold again, for `fa_per_hour`, on the stream `enroll` chose
+    it on (the same seed and noise: its metadata's), and write the file to `out`. The held-out
+    rates of training, measured at the old threshold, are dropped from its `enroll` record."""
+    proto = onnx.load(model_path)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    if "enroll" not in meta or "detection" not in meta:
+        raise ValueError(f"{model_path}: not a file `rotkws enroll` wrote (no `enroll` metadata)")
+    before = json.loads(meta["enroll"])
+    made = before.get("config", {})
+    cfg = EnrollConfig(seed=int(made.get("seed", 0)), fa_per_hour=fa_per_hour,
+                       validation_hours=float(made.get("validation_hours", 0.0)))
+    chosen = choose_on_stream(model_path, data, recipe.noise_audio(data), cfg, np.random.default_rng(cfg.seed))
+    detection = json.loads(meta["detection"])
+    record = {k: v for k, v in before.items() if k not in HELD_OUT_RATES} | chosen
+    record["retuned_from"] = detection.get("threshold")
+    set_metadata(proto, {"detection": json.dumps(detection | {"threshold": chosen["threshold"]}),
+                         "enroll": json.dumps(record)})
+    onnx.save(proto, out)
+    return record
 
 
 INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
@@ -88,6 +112,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
                    help="real recordings of the phrase, trained on beside the synthetic ones "
                         "(augmented as they are); default: none, text alone")
+    p.add_argument("--fa-per-hour", type=float, default=d.fa_per_hour,
+                   help="false accepts per hour the stored threshold allows on the validation stream "
+                        "(default: %(default)s)")
     p.add_argument("--validation-hours", type=float, default=d.validation_hours,
                    help="hours of validation stream the threshold is chosen on (default: every "
                         "validation utterance once, about 4.1 h)")
@@ -112,7 +139,11 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    if not args.fa_per_hour > 0:
+        print("rotkws enroll: --fa-per-hour must be > 0", file=sys.stderr)
+        return 2
     cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
+                       fa_per_hour=args.fa_per_hour,
                        negative_weight=args.negative_weight,
                        peak_weight=args.peak_weight, recordings=tuple(args.recordings))
     torch.set_num_threads(cfg.threads)
@@ -126,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.output}: labels [{phrase!r}, {OTHER!r}], threshold {report['threshold']}: "
           f"{report['validation_stream_false_accepts']} false accepts in "
           f"{report['validation_stream_hours']:.1f} h of validation speech (expect ≤ "
-          f"{VALIDATION_FA_PER_HOUR:g} per hour in speech like it); held out: synthetic phrases "
+          f"{cfg.fa_per_hour:g} per hour in speech like it); held out: synthetic phrases "
           f"detected {report['validation_positives_detected']:.0%}, speech windows firing "
           f"{report['validation_speech_firing']:.2%}, real words "
           f"{report['validation_real_negatives_firing']:.2%}, synthetic words "

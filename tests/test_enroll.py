@@ -4,6 +4,7 @@ loads and runs."""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -216,6 +217,27 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
 
 
 @pytest.mark.slow
+def test_calibrate_chooses_an_enrolled_threshold_again_as_enroll_chose_it(tiny_model, tmp_path, capsys):
+    from export import calibrate
+    stored = json.loads({p.key: p.value for p in onnx.load(tiny_model.path).metadata_props}["enroll"])
+    data = str(require(data_root()))
+    same, loose = tmp_path / "same.onnx", tmp_path / "loose.onnx"
+    assert calibrate.main([str(tiny_model.path), "-o", str(same), "--data", data]) == 0
+    again = KeywordModel(same)                       # enroll's budget, enroll's stream: the same threshold
+    assert again.meta["detection"] == tiny_model.meta["detection"]
+    record = json.loads({p.key: p.value for p in onnx.load(same).metadata_props}["enroll"])
+    assert record["retuned_from"] == stored["threshold"] and record["fa_per_hour"] == enroll.VALIDATION_FA_PER_HOUR
+    assert record["validation_stream_hours"] == stored["validation_stream_hours"]
+    assert not set(enroll.HELD_OUT_RATES) & set(record)          # measured at the old threshold: dropped
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["threshold"] == record["threshold"] and out["validation"]["fa_per_hour_allowed"] == 0.5
+    assert calibrate.main([str(tiny_model.path), "-o", str(loose), "--data", data, "--fa-per-hour", "1e6"]) == 0
+    assert KeywordModel(loose).meta["detection"] == tiny_model.meta["detection"] | {"threshold": enroll.MIN_THRESHOLD}
+    with pytest.raises(ValueError, match="not a file `rotkws enroll` wrote"):
+        command.retune(REPO / "app" / "models" / "kws12.onnx", tmp_path / "x.onnx", Path(data))
+
+
+@pytest.mark.slow
 def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model, node, tmp_path):
     """app/web/rotkws.js in onnxruntime-node: the same keywords (not `_other_`), hops and scores."""
     ref = reference(tiny_model, {}, tmp_path)
@@ -229,8 +251,9 @@ def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_bud
     counts = {0.5: 9, 0.6: 2, 0.7: 0, 0.8: 1, 0.9: 0, 0.95: 0}
     assert command.stream_threshold(counts, hours=2.0, fa_per_hour=0.1) == 0.9    # 0.2 allowed: none
     assert command.stream_threshold(counts, hours=20.0, fa_per_hour=0.1) == 0.6   # 2 allowed
-    assert command.stream_threshold(counts, hours=2.0) == 0.6                     # the default: 2 allowed
-    assert command.stream_threshold(counts, hours=1.0) == 0.7                     # 1 allowed
+    assert command.stream_threshold(counts, hours=2.0, fa_per_hour=1.0) == 0.6    # 2 allowed
+    assert command.stream_threshold(counts, hours=1.0, fa_per_hour=1.0) == 0.7    # 1 allowed
+    assert command.stream_threshold(counts, hours=2 / enroll.VALIDATION_FA_PER_HOUR) == 0.6   # the default
     assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == enroll.MAX_THRESHOLD   # none keeps it
     assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
 

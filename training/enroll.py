@@ -107,8 +107,9 @@ WARMUP_SHARE = 0.1           # of the steps, the learning rate's linear warm-up 
 HARD_GAIN = 4.0               # draw weight of a speech example: 1 + this × its best phrase score
 MINE_FROM_EPOCH = 1           # from this epoch (0-based) on, speech examples are drawn by that weight
 VALIDATION_SHARE = 0.1        # examples held out (the report's detection rates)
-VALIDATION_FA_PER_HOUR = 1.0  # the stored threshold keeps the validation stream to this (4.1 h: 4 false accepts);
-                              # at 0.1 it stood 10–30 points of misses above the bench's 1 FA/h point
+VALIDATION_FA_PER_HOUR = 0.5  # the stored threshold keeps the validation stream to this (4.1 h: 2 false accepts):
+                              # half the budget, as other speakers set it off more often (at 1.0, three of four
+                              # models went over 1 FA/h on the bench; at 0.1 they missed 10–30 points more)
 MIN_THRESHOLD, MAX_THRESHOLD = 0.5, float(THRESHOLDS[-1])
 WAKE_SMOOTHING_HOPS = 8       # the detection rule an enrolled file stores (its metadata's `detection`): a
 WAKE_MIN_HOPS = 2             # mean over 800 ms, two hops in a row. On the wake-word bench (2026-12-04,
@@ -136,6 +137,7 @@ class EnrollConfig:
     recurrent_lr: float = 1e-3   # the top block's RotRNN weights (B, C, D, γ, θ)
     max_steps: int = 0           # > 0: stop after this many steps (tests)
     validation_hours: float = 0.0  # the threshold's stream; 0: every validation utterance once
+    fa_per_hour: float = VALIDATION_FA_PER_HOUR   # … and the false accepts per hour it may have there
     recordings: tuple = ()       # real recordings of the phrase, if any: positives beside the synthetic ones
     seed: int = 0
     threads: int = 1
@@ -553,14 +555,16 @@ def best_runs(scores: np.ndarray) -> np.ndarray:
     return windows.min(-1).max(1)
 
 
+HELD_OUT_RATES = {"validation_positives_detected": PHRASE, "validation_real_negatives_firing": REAL,
+                  "validation_synthetic_negatives_firing": SYNTHETIC, "validation_speech_firing": SPEECH}
+
+
 def held_out_rates(scores: np.ndarray, kind: np.ndarray, threshold: float) -> dict:
     """The share of each kind of held-out example (`scores` (N, hops), `kind` (N,)) whose best run
     reaches `threshold`: synthetic phrases detected, negatives firing."""
     runs = best_runs(scores)
     rate = lambda k: float(np.mean(runs[kind == k] >= threshold)) if (kind == k).any() else 0.0
-    return {"validation_positives_detected": rate(PHRASE), "validation_real_negatives_firing": rate(REAL),
-            "validation_synthetic_negatives_firing": rate(SYNTHETIC),
-            "validation_speech_firing": rate(SPEECH), "validation_examples": int(len(runs))}
+    return {name: rate(k) for name, k in HELD_OUT_RATES.items()} | {"validation_examples": int(len(runs))}
 
 
 # -- the command ----------------------------------------------------------------------------------
