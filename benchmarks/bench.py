@@ -25,6 +25,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -100,8 +101,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+LOG_LOCK = threading.Lock()     # converge's sweep logs from several threads
+
+
 def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    """One whole line to stdout, timestamped (never interleaved with another thread's)."""
+    with LOG_LOCK:
+        sys.stdout.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
+        sys.stdout.flush()
 
 
 # -- 1. clip accuracy ------------------------------------------------------------------------------

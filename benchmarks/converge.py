@@ -128,8 +128,8 @@ def mend_last(out: Path, arm: str, seed: int) -> None:
     """Make what the run's last.ckpt restores of its best.ckpt the file as it is: the best val/acc
     so far, which a new best.ckpt must beat. Lightning's ModelCheckpoint restores it only from a
     checkpoint saved in its own folder (a clone of the repository elsewhere moves the folder), and
-    last.ckpt holds it as of the epoch before (training/cli.py's last.ckpt is written first). A run
-    without both files is left as it is."""
+    a last.ckpt written before training/cli.py saved best.ckpt first held it as of the epoch before.
+    A run without both files is left as it is."""
     last, best = ablation.last_checkpoint(out, arm, seed), best_checkpoint(out, arm, seed)
     if not (last.is_file() and best.is_file()):
         return

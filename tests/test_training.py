@@ -230,6 +230,16 @@ def test_checkpoint_rebuilds_the_network_with_weights_only(trained_tiny):
     assert all(torch.equal(v, live[k]) for k, v in net.state_dict().items())
 
 
+def test_best_ckpt_is_saved_before_last_ckpt(tmp_path, clip_root):
+    """Lightning runs checkpoint callbacks in their order: best.ckpt's first, so that last.ckpt
+    holds the best val/acc as of its own epoch, which a run resumed from it must beat."""
+    cfg = load_config(TINY, tiny_overrides(tmp_path, clip_root, trainer__checkpoint_every_n_steps=5))
+    callbacks = cli.checkpoints(tmp_path, cfg, has_val=True)
+    assert [c.monitor for c in callbacks] == ["val/acc", None, None]
+    assert [c.filename for c in callbacks] == ["best", "last", "last"]
+    assert [c.filename for c in cli.checkpoints(tmp_path, cfg, has_val=False)] == ["last", "last"]
+
+
 def test_eval_json_on_a_tiny_checkpoint(trained_tiny, capsys):
     run, _, _, _ = trained_tiny
     ckpt = run / "checkpoints" / "last.ckpt"

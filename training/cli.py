@@ -81,14 +81,14 @@ def loggers(directory: Path) -> list:
 
 
 def checkpoints(directory: Path, cfg: TrainConfig, has_val: bool) -> list[ModelCheckpoint]:
-    """last.ckpt at every epoch end (and every N steps), best.ckpt at the best val/acc."""
+    """best.ckpt at the best val/acc, then last.ckpt at every epoch end (and every N steps): in that
+    order, so that last.ckpt holds the best score as of its own epoch, which a resumed run must beat."""
     last = dict(dirpath=directory, filename="last", save_top_k=1, enable_version_counter=False)
-    out = [ModelCheckpoint(**last)]
+    out = [ModelCheckpoint(directory, filename="best", monitor="val/acc", mode="max", save_top_k=1,
+                           enable_version_counter=False)] if has_val else []
+    out.append(ModelCheckpoint(**last))
     if cfg.trainer.checkpoint_every_n_steps > 0:
         out.append(ModelCheckpoint(**last, every_n_train_steps=cfg.trainer.checkpoint_every_n_steps))
-    if has_val:
-        out.append(ModelCheckpoint(directory, filename="best", monitor="val/acc", mode="max",
-                                   save_top_k=1, enable_version_counter=False))
     return out
 
 
