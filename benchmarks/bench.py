@@ -308,6 +308,9 @@ def converged_report(path: Path | None = None) -> dict | None:
     return rep if rep.get("arms") and not rep.get("state", {}).get("budget", {}).get("quick") else None
 
 
+STOPPED = {"epochs": "the budget", "patience": "no better for the patience"}   # converge's `stopped`
+
+
 def converged_rows(rep: dict | None) -> list[str]:
     """The headline's ablation rows: each arm trained to the end (benchmarks/converge.py), seeds
     with their interval; none before that has finished (one-epoch runs say who starts faster)."""
@@ -319,7 +322,8 @@ def converged_rows(rep: dict | None) -> list[str]:
         ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
         lo, hi = min(x["epochs"] for x in runs), max(x["epochs"] for x in runs)
         epochs = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        rows.append(f"| {a['title']}, trained to the end ({epochs} epochs), {plural(len(runs), 'seed')} | "
+        why = " and ".join(sorted({STOPPED.get(x["stopped"], str(x["stopped"])) for x in runs}))
+        rows.append(f"| {a['title']}, {epochs} epochs ({why}), {plural(len(runs), 'seed')} | "
                     f"{interval_text(a['accuracy'])} | — | {'—' if ms is None else f'{ms:.1f}'} | same clips; "
                     f"[bench/converge/report.md](bench/converge/report.md) |")
     return rows

@@ -22,15 +22,16 @@ its own learning rate, several seeds, until validation accuracy stops improving.
    of audio streaming; OUT/report.md and report.json, BENCHMARKS.md's section `converge` and the
    README's headline rows (`rotkws bench`'s table, re-rendered) unless --quick.
 5. What lasts: each session may run on a fresh clone, so git keeps of OUT (bench/converge,
-   .gitignore) only state.json, report.md, report.json and each run's checkpoints/last.ckpt (the resume point; removed
-   once the run has finished, its record being in state.json) and checkpoints/best.ckpt (cut to
-   the weights the report reads: `trim`). Logs, the sweep's runs and superseded/ stay behind:
+   .gitignore) only state.json, report.md, report.json and each run's checkpoints/last.ckpt (the
+   resume point; removed once the run has finished, its record being in state.json) and
+   checkpoints/best.ckpt (cut to the weights the report reads: `trim`). Logs, the sweep's runs and superseded/ stay behind:
    what they held is in state.json. A session ends with `git add bench/converge` and a commit.
 
 Cost: on this project's 2-core CPUs a one-epoch run of an arm takes 250–380 s (bench/report.md), so
-the sweep is about 50 min and each run of 8 epochs 30–50 min. On one H200 (benchmarks/converge_gpu.sh,
---accelerator gpu --jobs 16, the data packed by benchmarks/carry.py) the whole of it, sweep and
-twelve runs of 8 epochs, took 6 min (2026-12-04, BENCHMARKS.md "Training runs"). --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
+the sweep is about 50 min and each run of 8 epochs 30–50 min. On one H200
+(benchmarks/converge_gpu.sh: --accelerator gpu --jobs 16, the data packed by benchmarks/carry.py)
+the whole of it, sweep and twelve runs of 8 epochs, took 6 min (2026-12-04, BENCHMARKS.md
+"Training runs"). --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
 machinery in a minute, figures that mean nothing.
 """
 import argparse
@@ -48,9 +49,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import ablation, stats
+from benchmarks import ablation, bench, stats
 from benchmarks.ablation import ARMS, REFERENCE, Budget
-from benchmarks import bench
 from benchmarks.bench import BENCH_DIR, git_commit, interval_text, log, onnx_cost, read_report, write_readme
 from benchmarks.report import write_section
 from corpus.clips import ClipError

@@ -200,11 +200,12 @@ def test_the_headline_takes_the_ablation_trained_to_the_end_and_no_one_epoch_row
     converged = bench.converged_report()                                # bench/converge, kept in git
     assert converged is not None, "bench/converge/report.json is missing or has no finished arm"
     rows = bench.headline_rows(r, converged)
-    ablation = [row for row in rows if "trained to the end" in row]
+    ablation = [row for row in rows if "bench/converge/report.md" in row]
     assert len(ablation) == len(converged["arms"]) and not any("epoch here" in row for row in rows)
     for row, a in zip(ablation, converged["arms"].values()):
-        assert row.startswith(f"| {a['title']}, ") and bench.interval_text(a["accuracy"]) in row
-    assert not any("trained to the end" in row for row in bench.headline_rows(r, None))
+        assert row.startswith(f"| {a['title']}, 8 epochs (the budget), 3 seeds | ")
+        assert bench.interval_text(a["accuracy"]) in row
+    assert not any("bench/converge/report.md" in row for row in bench.headline_rows(r, None))
     quick = converged | {"state": converged["state"] | {"budget": {"quick": True}}}
     (tmp_path / "report.json").write_text(json.dumps(quick))
     assert bench.converged_report(tmp_path / "report.json") is None     # --quick figures never headline
