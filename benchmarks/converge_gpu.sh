@@ -7,6 +7,10 @@
 # keeps of bench/converge is packed into $OUT in 15 MB parts (`cat converge.tar.* | tar -xf - -C
 # bench` here, then `git add bench/converge`).
 #   OUT=DIR bash benchmarks/converge_gpu.sh [SECONDS] [ACCELERATOR] [more converge flags…]
+# The carry: .devdata is 54 MiB of the 64 the device tool takes with the tracked tree, so the large
+# tracked files the runs do not read (app/models/*.onnx, training/checkpoints/) go aside for the call
+# (`git checkout -- app/models training/checkpoints` after); bench/converge/runs must travel where a
+# run resumes. 2026-12-04: 56 of 64 MiB with nothing of bench/converge yet.
 set -u
 START=$(date +%s)
 SECONDS_BUDGET=${1:-540}      # the whole script, packing included
