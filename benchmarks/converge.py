@@ -198,6 +198,7 @@ def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick:
     if not todo:
         return
     lock = threading.Lock()
+    side_by_side = max(1, min(len(todo), jobs // max(len(runs) for runs in todo.values())))
 
     def factor(f: float) -> None:
         log(f"sweep: learning rates × {f:.3g} for {', '.join(a for a, _ in todo[f])}")
@@ -207,7 +208,6 @@ def sweep(arms, data: Path, out: Path, jobs: int, deadline: float | None, quick:
         with lock:
             record()
 
-    side_by_side = max(1, min(len(todo), jobs // max(len(runs) for runs in todo.values())))
     with concurrent.futures.ThreadPoolExecutor(side_by_side) as pool:
         for done in [pool.submit(factor, f) for f in todo]:
             done.result()

@@ -24,13 +24,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
 from app.spotter import KeywordModel, ModelError, detection_settings
 from evaluation import streams as stream
 
-from .onnx import set_metadata
+from .onnx import write_metadata
 
 SPLIT = "validation"          # calibration never sees testing-split speakers
 HOURS = 20.0                  # validation stream length (≈ 3 min here): 20 false accepts to
@@ -99,12 +98,6 @@ def calibrate(model: KeywordModel, data: Path, *, hours: float = HOURS, fa_per_h
                             "date": datetime.date.today().isoformat()}}
 
 
-def write(model_path: Path, out: Path, result: dict) -> None:
-    proto = onnx.load(str(model_path))
-    set_metadata(proto, {k: json.dumps(v) for k, v in result.items()})
-    onnx.save(proto, str(out))
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rotkws calibrate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:                 # ModelError, ClipError, unreadable data
         print(f"rotkws calibrate: {e}", file=sys.stderr)
         return 2
-    write(Path(args.model), out, result)
+    write_metadata(Path(args.model), out, result)
     m = result["calibration"]["measured"]
     print(json.dumps({"model": str(out), "threshold": result["detection"]["threshold"],
                       "validation": {"miss_rate": round(m["miss_rate"], 4), "fa_per_hour": round(m["fa_per_hour"], 3),

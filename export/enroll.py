@@ -30,7 +30,7 @@ from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, S
                              HELD_OUT_RATES, VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
 from training.tts import PhraseError
 
-from .onnx import export_onnx, set_metadata
+from .onnx import export_onnx, write_metadata
 
 
 def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: str | None = None
@@ -72,8 +72,7 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     """Choose an enrolled file's threshold again, for `fa_per_hour`, on the stream `enroll` chose
     it on (the same seed and noise: its metadata's), and write the file to `out`. The held-out
     rates of training, measured at the old threshold, are dropped from its `enroll` record."""
-    proto = onnx.load(model_path)
-    meta = {p.key: p.value for p in proto.metadata_props}
+    meta = {p.key: p.value for p in onnx.load(model_path).metadata_props}
     if "enroll" not in meta or "detection" not in meta:
         raise ValueError(f"{model_path}: not a file `rotkws enroll` wrote (no `enroll` metadata)")
     before = json.loads(meta["enroll"])
@@ -84,9 +83,7 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     detection = json.loads(meta["detection"])
     record = {k: v for k, v in before.items() if k not in HELD_OUT_RATES} | chosen
     record["retuned_from"] = detection.get("threshold")
-    set_metadata(proto, {"detection": json.dumps(detection | {"threshold": chosen["threshold"]}),
-                         "enroll": json.dumps(record)})
-    onnx.save(proto, out)
+    write_metadata(model_path, out, {"detection": detection | {"threshold": chosen["threshold"]}, "enroll": record})
     return record
 
 
@@ -130,10 +127,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     export_onnx(trained.net, output, meta=meta, clips=[a for a in items.positives[:4]])
     chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
-    proto = onnx.load(output)
-    set_metadata(proto, {"detection": json.dumps(meta["detection"] | {"threshold": chosen["threshold"]}),
-                         "enroll": json.dumps(meta["enroll"])})
-    onnx.save(proto, output)
+    write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
+                                    "enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
 
 

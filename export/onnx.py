@@ -194,6 +194,14 @@ def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
     onnx.helper.set_model_props(proto, {p.key: p.value for p in proto.metadata_props} | props)
 
 
+def write_metadata(model_path, out, values: dict) -> None:
+    """The file at `model_path` written to `out` (the same path: rewritten) with `values` as JSON
+    metadata entries, added or replaced, the others kept."""
+    proto = onnx.load(str(model_path))
+    set_metadata(proto, {k: json.dumps(v) for k, v in values.items()})
+    onnx.save(proto, str(out))
+
+
 def export_onnx(net: nn.Module, path, *, max_samples: int | None = None,
                 meta: dict | None = None, clips=(), measure=None) -> Path:
     """Write `net` to `path` as one ONNX file, verified against PyTorch; returns the path.
