@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from app.spotter import DEFAULT_MODEL, KeywordModel
-from app.twostage import COMMAND_STATE, COMMAND_THRESHOLD, WINDOW_S, WakeCommandSpotter
+from app.twostage import COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S, WakeCommandSpotter
 from benchmarks.report import machine, write_section
 from corpus.clips import ClipError, read_audio
 from corpus.folders import default_data_root
@@ -38,7 +38,8 @@ PHRASE = "alexa"              # the wake phrase of the stream (its held-out reco
 COMMAND_GAP_S = (0.5, 1.5)    # silence between the wake phrase and the command, uniform
 SPOKEN_DB, SPOKEN_TAIL_S = 30.0, 0.1   # where a recording's phrase ends: its last frame this close
                                        # to its loudest, and this much after it
-SPLIT = "testing"             # the command clips' split
+SPLIT = "testing"             # the command clips' split (`--split validation`: to choose a command model
+SPEECH_SPLIT = {"testing": "bench", "validation": "validation"}   # on; its read speech the validation speakers')
 SEED = 0
 FEED_S = 0.5                  # audio fed per process() call, as a microphone delivers it
 SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.2, 0.3, 0.4, 0.5)]
@@ -57,7 +58,7 @@ def spoken(audio: np.ndarray) -> np.ndarray:
     return audio[:(last + 1) * w + int(SPOKEN_TAIL_S * wakestream.SAMPLE_RATE)]
 
 
-def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
+def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.Item], list[dict]]:
     """The pieces (wake phrase, gap, command clip) and the bench utterances, as stream items; and
     per piece (its label is its index) where the command starts within it and which word it is."""
     wakes = []
@@ -66,7 +67,7 @@ def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
             wakes.append(speech.read(path))
         except ClipError:
             continue                                     # a few wake-word files do not decode
-    clips = [c for c in split_clips(data, KWS12_LABELS, SPLIT) if c.label in KWS_WORDS]
+    clips = [c for c in split_clips(data, KWS12_LABELS, split) if c.label in KWS_WORDS]
     items, pieces = [], []
     for k, i in enumerate(rng.permutation(len(clips))):
         wake = spoken(wakes[k % len(wakes)])
@@ -76,17 +77,18 @@ def command_items(data: Path, rng) -> tuple[list[wakestream.Item], list[dict]]:
         items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), command]),
                                      wakestream.PHRASE, str(len(pieces))))
         pieces.append({"word": clips[i].label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
-    said = [u for u in speech.utterances(data, "bench") if not speech.holds_phrase(u.text, PHRASE)]
+    said = [u for u in speech.utterances(data, SPEECH_SPLIT[split]) if not speech.holds_phrase(u.text, PHRASE)]
     for j in rng.permutation(len(said))[:len(pieces)]:
         items.append(wakestream.Item(speech.read(said[j].path), wakestream.SPEECH, said[j].speaker))
     return items, pieces
 
 
-def build(data: Path, seed: int = SEED, snr_db: float = wakestream.SNR_DB) -> tuple[np.ndarray, list[wakestream.Event], list[dict]]:
+def build(data: Path, seed: int = SEED, snr_db: float = wakestream.SNR_DB,
+          split: str = SPLIT) -> tuple[np.ndarray, list[wakestream.Event], list[dict]]:
     """(audio, events, pieces): every item once, in random order (wakestream.build), the noise
     `snr_db` under each piece."""
     rng = np.random.default_rng(seed)
-    items, pieces = command_items(data, rng)
+    items, pieces = command_items(data, rng, split)
     once = sum(len(it.audio) for it in items) / wakestream.SAMPLE_RATE + len(items) * wakestream.PAUSE_S[0]
     audio, events = wakestream.build(items, speech.noise_bed(data), once, rng, snr_db)
     return audio, events, pieces
@@ -107,7 +109,7 @@ def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours
              for e in events if e.kind == wakestream.PHRASE]
     outcomes = {o: 0 for o in OUTCOMES}
     per_word = {w: {o: 0 for o in OUTCOMES} for w in KWS_WORDS}
-    hit, false, false_commands = set(), 0, 0
+    hit, false, false_commands, confusions = set(), 0, 0, {}
     for w in wake_events:
         piece = next(((cmd_s, p) for start, cmd_s, p in spans if start <= w.time_s < cmd_s and p not in hit), None)
         if piece is None:
@@ -121,9 +123,13 @@ def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours
                    "correct" if w.command == word and w.command_time_s >= cmd_s else "another")
         outcomes[outcome] += 1
         per_word[word][outcome] += 1
+        if outcome == "another":
+            heard = f"{word} → {w.command}" + ("" if w.command != word else " (early)")
+            confusions[heard] = confusions.get(heard, 0) + 1
     n = len(spans)
     return {"pieces": n, "wake_hits": len(hit), "wake_missed": n - len(hit), "outcomes": outcomes,
-            "per_word": per_word, "false_wakes_per_hour": false / hours,
+            "per_word": per_word, "confusions": dict(sorted(confusions.items(), key=lambda kv: -kv[1])),
+            "false_wakes_per_hour": false / hours,
             "false_commands_per_hour": false_commands / hours}
 
 
@@ -143,17 +149,19 @@ def table(results: list[dict]) -> str:
 
 
 def per_word_table(r: dict) -> str:
+    """Outcomes per command, then which commands were reported in place of which."""
     head = "| command | " + " | ".join(KWS_WORDS) + " |\n| --- |" + " ---: |" * len(KWS_WORDS) + "\n"
     cells = lambda o: " | ".join(f"{r['per_word'][w][o]}" for w in KWS_WORDS)
-    return head + "\n".join(f"| {o} | {cells(o)} |" for o in OUTCOMES)
+    heard = ", ".join(f"{k} {n}" for k, n in r["confusions"].items()) or "none"
+    return head + "\n".join(f"| {o} | {cells(o)} |" for o in OUTCOMES) + f"\n\nReported as another command: {heard}."
 
 
-def describe(wake: Path, commands: Path, counts: dict, hours: float, seed: int) -> str:
+def describe(wake: Path, commands: Path, counts: dict, hours: float, seed: int, split: str = SPLIT) -> str:
     return (f"Stream: {hours:.2f} h (seed {seed}): {counts['pieces']} pieces, each a held-out `{PHRASE}` "
             f"recording (the odd-numbered ones, cycled), {COMMAND_GAP_S[0]:g}–{COMMAND_GAP_S[1]:g} s of "
-            f"silence and a {SPLIT}-split clip of one of the ten commands (speakers never trained on), "
-            f"among {counts['utterances']} utterances of the bench's read speech "
-            f"({speech.SPLIT_SOURCES['bench']}), 1–3 s pauses, background noise at the SNR of each row by "
+            f"silence and a {split}-split clip of one of the ten commands (speakers never trained on), "
+            f"among {counts['utterances']} utterances of read speech "
+            f"({speech.SPLIT_SOURCES[SPEECH_SPLIT[split]]}), 1–3 s pauses, background noise at the SNR of each row by "
             f"peak frame energy (the same stream but for the noise's level). Wake word `{wake.name}` at its stored threshold; commands "
             f"`{commands.name}`, a {WINDOW_S:g}-s window. A hit: the wake word fired between the phrase's "
             f"start and the command's; its command is correct when it is the clip's word, heard no "
@@ -169,10 +177,25 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--snr", type=float, action="append", default=None,
                    help=f"dB by peak frame energy, repeat for several (default: {', '.join(f'{x:g}' for x in SNRS_DB)})")
+    p.add_argument("--split", choices=sorted(SPEECH_SPLIT), default=SPLIT,
+                   help="the command clips' split: testing (the bench) or validation (to choose a model on; "
+                        "its read speech the validation speakers', never written into BENCHMARKS.md)")
+    p.add_argument("--rule", action="append", default=None, metavar="STATE:THRESHOLD",
+                   help="a command rule to run, e.g. reset:0.3, repeat for several (default: "
+                        + ", ".join(f"{st}:{th:g}" for st, th in SETTINGS) + ")")
     p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     p.add_argument("--json", default=None, help="also write every figure here")
     p.add_argument("--no-write", action="store_true", help="print the table; leave BENCHMARKS.md alone")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.rules = [(st, float(th)) for st, th in (r.split(":") for r in args.rule)] if args.rule else SETTINGS
+    except ValueError:
+        p.error(f"--rule: expected STATE:THRESHOLD such as reset:0.3, got {args.rule}")
+    if bad := [st for st, _ in args.rules if st not in COMMAND_STATES]:
+        p.error(f"--rule: the state must be one of {', '.join(COMMAND_STATES)}, got {bad[0]!r}")
+    if args.split != SPLIT and not args.no_write:
+        p.error("--split validation chooses a model: give --no-write (BENCHMARKS.md reports the testing split)")
+    return args
 
 
 def main(argv=None) -> int:
@@ -182,12 +205,12 @@ def main(argv=None) -> int:
     wake, commands = KeywordModel(args.wake), KeywordModel(args.commands)
     results = []
     for snr in args.snr or SNRS_DB:
-        audio, events, pieces = build(data, args.seed, snr)
+        audio, events, pieces = build(data, args.seed, snr, args.split)
         hours = len(audio) / wakestream.SAMPLE_RATE / 3600
         counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events),
                   "utterances": sum(e.kind == wakestream.SPEECH for e in events)}
         print(f"stream at {snr:g} dB: {hours:.2f} h, {counts['pieces']} commands after the wake word", file=sys.stderr)
-        for state, threshold in SETTINGS:
+        for state, threshold in args.rules:
             spotter = WakeCommandSpotter(wake, commands, command_state=state, command_threshold=threshold)
             cpu = time.process_time()
             found = run(spotter, audio)
@@ -198,16 +221,17 @@ def main(argv=None) -> int:
             print(f"{snr:g} dB {state} {threshold:g}: {r['wake_hits']} hits, correct {100 * rate(r, 'correct'):.1f} %, "
                   f"another {100 * rate(r, 'another'):.1f} %, none {100 * rate(r, 'none'):.1f} %", file=sys.stderr)
     text = table(results)
-    shipped = [r for r in results if r["state"] == COMMAND_STATE and r["threshold"] == COMMAND_THRESHOLD]
+    shipped = [r for r in results if r["state"] == COMMAND_STATE and r["threshold"] == COMMAND_THRESHOLD] or results
     words = per_word_table(shipped[0])
-    note = textwrap.fill(describe(Path(args.wake), Path(args.commands), counts, hours, args.seed), 100)
+    note = textwrap.fill(describe(Path(args.wake), Path(args.commands), counts, hours, args.seed, args.split), 100)
     print(text + "\n\n" + words)
     if args.json:
         Path(args.json).write_text(json.dumps({"counts": counts, "hours": hours, "results": results}, indent=1))
     if not args.no_write:
         minutes = (time.perf_counter() - started) / 60
         write_section(SECTION, "Wake word, then a command",
-                      f"{text}\n\nPer command at the shipped rule ({COMMAND_STATE}, {COMMAND_THRESHOLD:g}), "
+                      f"{text}\n\nPer command at {'the shipped rule' if shipped is not results else 'the rule'} "
+                      f"({shipped[0]['state']}, {shipped[0]['threshold']:g}), "
                       f"{shipped[0]['snr_db']:g} dB:\n\n"
                       f"{words}\n\n{note} This run: {minutes:.0f} min.")
     return 0

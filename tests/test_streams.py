@@ -10,10 +10,11 @@ import torch
 
 from app.detection import SMOOTHING_HOPS, moving_average
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter
+from model.logmel import PIXEL_SLOPE
 from model.network import RotRNNClassifier, RotRNNConfig
 from training.streams import (CLEAN_SHARE, HARD_NEGATIVE_GAIN, HOP_FRAMES, IGNORE, KEYWORD_FRAMES, SETTLE_FRAMES,
                               UNKNOWN_TAIL_FRAMES, StreamPool, build_sequence, hard_weights, peak_loss,
-                              smoothed_probabilities, speech_span)
+                              StreamDataset, smoothed_probabilities, speech_span)
 
 from test_training import TINY, as_argv, clip_root, tiny_overrides  # noqa: F401  (a fixture)
 
@@ -81,6 +82,21 @@ def test_some_sequences_keep_digital_silence_between_the_clips():
     rng = np.random.default_rng(1)
     silent = [not build_sequence(pool(), 300, rng)[0][0].any() for _ in range(300)]   # frame 0 is a gap
     assert abs(np.mean(silent) - CLEAN_SHARE) < 0.07, np.mean(silent)
+
+
+def test_the_noise_bed_follows_the_configured_snr_range_and_clean_share():
+    """data.stream_snr_db / stream_clean_share (kws12_noisy.yaml): a gap frame holds the bed alone,
+    so the louder the bed (the lower the SNR), the higher its pixels; every sequence clean at 1."""
+    gap_level = lambda snr: np.mean([build_sequence(pool(), 300, np.random.default_rng(i), snr_db=snr,
+                                                    clean_share=0.0)[0][0].mean() for i in range(40)])
+    loud, quiet = gap_level((-5.0, -5.0)), gap_level((20.0, 20.0))
+    assert loud > quiet > 0, (loud, quiet)
+    assert loud - quiet == pytest.approx(25 / 10 * np.log(10) * PIXEL_SLOPE, rel=0.15)   # 25 dB in pixels
+    rng = np.random.default_rng(2)
+    assert not any(build_sequence(pool(), 300, rng, clean_share=1.0)[0][0].any() for _ in range(50))
+    for snr, clean in (((20.0, -5.0), 0.1), ((0.0,), 0.1), ((0.0, 20.0), 1.5)):
+        with pytest.raises(ValueError, match="SNR range"):
+            StreamDataset(pool(), 300, snr_db=snr, clean_share=clean)
 
 
 class FixedScores(torch.nn.Module):

@@ -203,6 +203,7 @@ def test_scoring_counts_hits_their_commands_and_false_wake_ups():
     assert (r["pieces"], r["wake_hits"], r["wake_missed"]) == (4, 4, 0)
     assert r["outcomes"] == {"correct": 1, "another": 2, "none": 1}
     assert r["per_word"]["left"]["correct"] == 1 and r["per_word"]["up"]["another"] == 1
+    assert r["confusions"] == {"stop → go": 1, "up → up (early)": 1}
     assert r["false_wakes_per_hour"] == 4.0 and r["false_commands_per_hour"] == 2.0
 
 

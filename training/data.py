@@ -21,7 +21,7 @@ from model import SAMPLE_RATE
 from model.logmel import FRAME_RATE
 
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels, speech_splits
-from .streams import StreamDataset, StreamPool
+from .streams import CLEAN_SHARE as STREAM_CLEAN_SHARE, SNR_DB as STREAM_SNR_DB, StreamDataset, StreamPool
 from corpus.labels import task_labels
 
 SC_FOLDER = "SpeechCommands"          # torchaudio's folder_in_archive
@@ -64,6 +64,9 @@ class DataConfig:
                                          # loss added), so the clip accuracy holds
     wake_words: str | None = None        # streams: recordings of other phrases, as `_unknown_`
                                          # (those whose file name splits as a training speaker)
+    stream_snr_db: list = field(default_factory=lambda: list(STREAM_SNR_DB))   # streams: the noise
+                                         # bed's SNR range (dB against the speech frames' mean power)
+    stream_clean_share: float = STREAM_CLEAN_SHARE   # streams: the share with no noise bed
 
     def root_path(self) -> Path:
         return Path(self.root).expanduser().resolve() if self.root else default_data_root()
@@ -309,7 +312,8 @@ class KWSDataModule(L.LightningDataModule):
         self.noise = self._noise_pixels(merged["training"])
         if self.cfg.stream_seconds > 0:
             self.streams = StreamDataset(self._stream_pool(merged["training"]),
-                                         round(self.cfg.stream_seconds * FRAME_RATE), self.cfg.seed)
+                                         round(self.cfg.stream_seconds * FRAME_RATE), self.cfg.seed,
+                                         self.cfg.stream_snr_db, self.cfg.stream_clean_share)
 
     def _stream_pool(self, training: FeatureClips) -> StreamPool:
         labels = np.array(training.labels)

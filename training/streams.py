@@ -104,9 +104,11 @@ class Placed:
 
 
 def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
-                   placed: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   placed: list | None = None, snr_db: tuple[float, float] = SNR_DB,
+                   clean_share: float = CLEAN_SHARE) -> tuple[np.ndarray, np.ndarray]:
     """One training sequence: (pixels (frames, F) float32, targets (frames,) int64); `placed`,
-    when given, receives a Placed per clip."""
+    when given, receives a Placed per clip. The noise bed: at an SNR uniform in `snr_db`, on all
+    but `clean_share` of the sequences."""
     F = pool.noise.shape[1]
     pixels = np.zeros((frames, F), np.float32)
     targets = np.full(frames, pool.silence, np.int64)
@@ -136,14 +138,14 @@ def build_sequence(pool: StreamPool, frames: int, rng: np.random.Generator,
             placed.append(Placed(kind, label, t, t + start, t + end))
         t += max(len(clip), after) + int(rng.uniform(*GAP_SECONDS) * FRAME_RATE)
     targets[:SETTLE_FRAMES] = IGNORE
-    if rng.uniform() < CLEAN_SHARE:
+    if rng.uniform() < clean_share:
         return pixels, targets
     # one noise bed under the whole sequence, at an SNR against the speech frames' mean power
     start = int(rng.integers(0, len(pool.noise) - frames))
     bed = power_from_pixels(torch.from_numpy(pool.noise[start:start + frames].astype(np.float32)))
     power = power_from_pixels(torch.from_numpy(pixels))
     speech_power = power[torch.from_numpy(speech)].mean() if speech.any() else power.mean()
-    power = power + bed * (speech_power / bed.mean() / 10 ** (rng.uniform(*SNR_DB) / 10))
+    power = power + bed * (speech_power / bed.mean() / 10 ** (rng.uniform(*snr_db) / 10))
     return pixels_from_power(power).clamp(min=0).numpy(), targets
 
 
@@ -168,14 +170,20 @@ class StreamDataset(torch.utils.data.Dataset):
     """Index i → a fresh sequence seeded by (seed, i): `(pixels (frames, F), targets (frames,))`.
     Drawn with a RandomSampler over VIRTUAL_EXAMPLES indices, every epoch sees new sequences."""
 
-    def __init__(self, pool: StreamPool, frames: int, seed: int = 0):
+    def __init__(self, pool: StreamPool, frames: int, seed: int = 0,
+                 snr_db: tuple[float, float] = SNR_DB, clean_share: float = CLEAN_SHARE):
+        if len(snr_db) != 2 or not snr_db[0] <= snr_db[1] or not 0.0 <= clean_share <= 1.0:
+            raise ValueError(f"expected an SNR range [low, high] in dB with low ≤ high and a clean share "
+                             f"in [0, 1], got {list(snr_db)} and {clean_share}")
         self.pool, self.frames, self.seed = pool, frames, seed
+        self.snr_db, self.clean_share = (float(snr_db[0]), float(snr_db[1])), clean_share
 
     def __len__(self) -> int:
         return VIRTUAL_EXAMPLES
 
     def __getitem__(self, i: int):
-        pixels, targets = build_sequence(self.pool, self.frames, np.random.default_rng([self.seed, i]))
+        pixels, targets = build_sequence(self.pool, self.frames, np.random.default_rng([self.seed, i]),
+                                         snr_db=self.snr_db, clean_share=self.clean_share)
         return torch.from_numpy(pixels), torch.from_numpy(targets)
 
 
