@@ -193,6 +193,8 @@ def parse_args(argv):
         p.error(f"--rule: expected STATE:THRESHOLD such as reset:0.3, got {args.rule}")
     if bad := [st for st, _ in args.rules if st not in COMMAND_STATES]:
         p.error(f"--rule: the state must be one of {', '.join(COMMAND_STATES)}, got {bad[0]!r}")
+    if bad := [th for _, th in args.rules if not 0.0 <= th <= 1.0]:
+        p.error(f"--rule: the threshold is a probability from 0 to 1, got {bad[0]:g}")
     if args.split != SPLIT and not args.no_write:
         p.error("--split validation chooses a model: give --no-write (BENCHMARKS.md reports the testing split)")
     return args

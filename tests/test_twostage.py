@@ -207,6 +207,19 @@ def test_scoring_counts_hits_their_commands_and_false_wake_ups():
     assert r["false_wakes_per_hour"] == 4.0 and r["false_commands_per_hour"] == 2.0
 
 
+def test_the_bench_runs_the_rules_asked_for_and_refuses_what_it_cannot_run(capsys):
+    from benchmarks.commands import SETTINGS, parse_args
+    assert parse_args(["--wake", "w.onnx"]).rules == SETTINGS
+    assert parse_args(["--wake", "w.onnx", "--rule", "reset:0.3", "--rule", "carried:0.2"]).rules == [
+        ("reset", 0.3), ("carried", 0.2)]
+    assert parse_args(["--wake", "w.onnx", "--split", "validation", "--no-write"]).split == "validation"
+    for argv, says in ((["--rule", "reset"], "STATE:THRESHOLD"), (["--rule", "sometimes:0.3"], "must be one of"),
+                       (["--rule", "reset:1.5"], "from 0 to 1"), (["--split", "validation"], "--no-write")):
+        with pytest.raises(SystemExit):
+            parse_args(["--wake", "w.onnx", *argv])
+        assert says in capsys.readouterr().err
+
+
 def test_the_bench_stream_puts_each_command_where_it_says(shared_data):
     from benchmarks import commands
     from corpus.clips import read_audio
