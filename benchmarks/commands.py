@@ -38,8 +38,8 @@ PHRASE = "alexa"              # the wake phrase of the stream (its held-out reco
 COMMAND_GAP_S = (0.5, 1.5)    # silence between the wake phrase and the command, uniform
 SPOKEN_DB, SPOKEN_TAIL_S = 30.0, 0.1   # where a recording's phrase ends: its last frame this close
                                        # to its loudest, and this much after it
-SPLIT = "testing"             # the command clips' split (`--split validation`: to choose a command model
-SPEECH_SPLIT = {"testing": "bench", "validation": "validation"}   # on; its read speech the validation speakers')
+SPLIT = "testing"             # the command clips' split (`--split validation`: to choose a command model on)
+SPEECH_SPLIT = {"testing": "bench", "validation": "validation"}   # … and the read speech around them
 SEED = 0
 FEED_S = 0.5                  # audio fed per process() call, as a microphone delivers it
 SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.2, 0.3, 0.4, 0.5)]

@@ -24,8 +24,8 @@ its own learning rate, several seeds, until validation accuracy stops improving.
 5. What lasts: each session may run on a fresh clone, so git keeps of OUT (bench/converge,
    .gitignore) only state.json, report.md, report.json and each run's checkpoints/last.ckpt (the
    resume point; removed once the run has finished, its record being in state.json) and
-   checkpoints/best.ckpt (cut to the weights the report reads: `trim`). Logs, the sweep's runs and superseded/ stay behind:
-   what they held is in state.json. A session ends with `git add bench/converge` and a commit.
+   checkpoints/best.ckpt (cut to the weights the report reads: `trim`). Logs, the sweep's runs and
+   superseded/ stay behind: what they held is in state.json. A session ends with `git add bench/converge` and a commit.
 
 Cost: on this project's 2-core CPUs a one-epoch run of an arm takes 250–380 s (bench/report.md), so
 the sweep is about 50 min and each run of 8 epochs 30–50 min. On one H200
