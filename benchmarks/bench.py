@@ -144,9 +144,10 @@ def onnx_cost(path: Path, seconds: float, rounds: int, threads=THREADS) -> dict:
             times[(t, "clip")].append(clip)
             times[(t, "stream")].append(bench_runtime.streaming_ms(model, audio) if model.streaming
                                         else clip / HOP_SECONDS)     # a 1 s window per hop
+    from export.onnx import read_metadata
     proto = onnx.load(path)
     constants = sum(int(np.prod(i.dims)) for i in proto.graph.initializer)
-    weights = {m.key: m.value for m in proto.metadata_props}.get("parameters")   # older files lack it
+    weights = read_metadata(proto).get("parameters")   # older files lack it
     return {"bytes": path.stat().st_size, "nodes": len(proto.graph.node), "constants": constants,
             "weights": None if weights is None else int(weights),
             "streaming": first.streaming, "flops": graph_flops(path, first),

@@ -231,9 +231,10 @@ def mode_row(label: str, ms: tuple, flops: dict | None, peak: float) -> str:
 
 
 def describe_model(path: Path, model: KeywordModel, export: dict | None) -> str:
+    from export.onnx import read_metadata
     proto = onnx.load(path)
     ops = Counter(n.op_type for n in proto.graph.node)
-    info = json.loads({p.key: p.value for p in proto.metadata_props}.get("export", "{}"))
+    info = json.loads(read_metadata(proto).get("export", "{}"))
     name = f"{export['config']} sizes, random weights" if export else path.name
     made = (f"exported here in {export['wall_s']:.1f} s wall, {export['cpu_s']:.1f} s CPU (trace + "
             f"verification; {export['parameters']:,} weights)" if export else

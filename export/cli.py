@@ -17,7 +17,7 @@ import onnx
 
 from model.classifiers import load_checkpoint
 
-from .onnx import MAX_SAMPLES, STREAM_GRAPH_MAX_SAMPLES, ExportError, export_onnx, set_metadata
+from .onnx import MAX_SAMPLES, STREAM_GRAPH_MAX_SAMPLES, ExportError, export_onnx, read_metadata, set_metadata
 from .verify import VerificationError
 
 VERIFY_CLIPS = 24   # real clips from --data that the verification also runs
@@ -68,7 +68,7 @@ def onnx_accuracy(model: Path | bytes, data: Path, split: str) -> dict:
 
 
 def describe_export(proto: onnx.ModelProto, path: Path) -> str:
-    info = json.loads({p.key: p.value for p in proto.metadata_props}["export"])
+    info = json.loads(read_metadata(proto)["export"])
     diffs = ", ".join(f"{k} {v:.1e}" for k, v in info["verified_max_abs_diff"].items()
                       if isinstance(v, float))
     return (f"wrote {path} ({info['nodes']} nodes) in {info['seconds']:.1f} s; verified against "

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
 
 from app.spotter import KeywordModel
@@ -30,7 +29,7 @@ from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, S
                              HELD_OUT_RATES, VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
 from training.tts import PhraseError
 
-from .onnx import export_onnx, write_metadata
+from .onnx import export_onnx, read_metadata, write_metadata
 
 
 def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: str | None = None
@@ -72,7 +71,7 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     """Choose an enrolled file's threshold again, for `fa_per_hour`, on the stream `enroll` chose
     it on (the same seed and noise: its metadata's), and write the file to `out`. The held-out
     rates of training, measured at the old threshold, are dropped from its `enroll` record."""
-    meta = {p.key: p.value for p in onnx.load(model_path).metadata_props}
+    meta = read_metadata(model_path)
     if "enroll" not in meta or "detection" not in meta:
         raise ValueError(f"{model_path}: not a file `rotkws enroll` wrote (no `enroll` metadata)")
     before = json.loads(meta["enroll"])

@@ -189,9 +189,16 @@ def build_onnx(net: nn.Module, *, max_samples: int | None = None, meta: dict | N
     return proto
 
 
+def read_metadata(model) -> dict[str, str]:
+    """A model's metadata_props as {key: string value} (JSON where structured); `model` is an
+    onnx.ModelProto or the path of a file."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    return {p.key: p.value for p in proto.metadata_props}
+
+
 def set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
     """Add or replace metadata_props entries, keeping the others."""
-    onnx.helper.set_model_props(proto, {p.key: p.value for p in proto.metadata_props} | props)
+    onnx.helper.set_model_props(proto, read_metadata(proto) | props)
 
 
 def write_metadata(model_path, out, values: dict) -> None:

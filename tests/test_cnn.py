@@ -14,7 +14,7 @@ from torchaudio.transforms import MelSpectrogram
 from app.spotter import KeywordModel, KeywordSpotter
 from conftest import CLIPS, REPO
 from corpus.clips import read_audio
-from export.onnx import export_onnx
+from export.onnx import export_onnx, read_metadata
 from export.verify import TOLERANCE, open_session, run_onnx, run_torch
 from model.classifiers import Recurrent, streams
 from model import (DSCNN, CNNConfig, LogMel, RotRNNClassifier, RotRNNConfig, build_classifier,
@@ -225,7 +225,7 @@ def exported(clips, tmp_path_factory):
 def test_export_is_a_clip_model_with_its_metadata(exported):
     net, path = exported
     proto = onnx.load(path)
-    meta = {p.key: p.value for p in proto.metadata_props}
+    meta = read_metadata(proto)
     assert (meta["arch"], json.loads(meta["streaming"]), meta["input_multiple"], meta["max_samples"]) == \
         ("dscnn", False, "160", "16000")
     assert json.loads(meta["inputs"]) == ["audio"] and meta["state_size"] == "0"

@@ -637,8 +637,9 @@ def test_wake_page_tells_the_visitor_what_to_say(assistant, wake_word):
 def with_metadata(source, out, props: dict | None) -> str:
     """A copy of a real model with some metadata changed (props), or all of it gone (None)."""
     import onnx
+    from export.onnx import read_metadata
     proto = onnx.load(str(source))
-    kept = {p.key: p.value for p in proto.metadata_props}
+    kept = read_metadata(proto)
     del proto.metadata_props[:]
     if props is not None:
         onnx.helper.set_model_props(proto, kept | props)

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 from app.cli import COMMANDS
@@ -15,6 +14,7 @@ from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
 from conftest import REPO, data_root, require
 from test_web import node, reference, run_node   # noqa: F401  (node: the fixture)
 from export import enroll as command
+from export.onnx import read_metadata
 from model.logmel import PIXEL_SLOPE
 from training import enroll, tts
 from training.tts import PhraseError
@@ -203,7 +203,7 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     model = tiny_model
     assert model.labels == (TINY_PHRASE, OTHER) and model.keywords == (TINY_PHRASE,)
     assert model.streaming and enroll.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= enroll.MAX_THRESHOLD
-    stored = json.loads({p.key: p.value for p in onnx.load(model.path).metadata_props}["enroll"])
+    stored = json.loads(read_metadata(model.path)["enroll"])
     assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
     assert model.meta["detection"] == {"threshold": stored["threshold"]} | enroll.WAKE_RULE   # and the rule
     assert 0.05 <= stored["validation_stream_hours"] < 0.06
@@ -219,13 +219,13 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
 @pytest.mark.slow
 def test_calibrate_chooses_an_enrolled_threshold_again_as_enroll_chose_it(tiny_model, tmp_path, capsys):
     from export import calibrate
-    stored = json.loads({p.key: p.value for p in onnx.load(tiny_model.path).metadata_props}["enroll"])
+    stored = json.loads(read_metadata(tiny_model.path)["enroll"])
     data = str(require(data_root()))
     same, loose = tmp_path / "same.onnx", tmp_path / "loose.onnx"
     assert calibrate.main([str(tiny_model.path), "-o", str(same), "--data", data]) == 0
     again = KeywordModel(same)                       # enroll's budget, enroll's stream: the same threshold
     assert again.meta["detection"] == tiny_model.meta["detection"]
-    record = json.loads({p.key: p.value for p in onnx.load(same).metadata_props}["enroll"])
+    record = json.loads(read_metadata(same)["enroll"])
     assert record["retuned_from"] == stored["threshold"] and record["fa_per_hour"] == enroll.VALIDATION_FA_PER_HOUR
     assert record["validation_stream_hours"] == stored["validation_stream_hours"]
     assert not set(enroll.HELD_OUT_RATES) & set(record)          # measured at the old threshold: dropped

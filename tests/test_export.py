@@ -10,7 +10,7 @@ import torch
 
 from corpus.clips import read_audio
 from conftest import CLIPS
-from export.onnx import ExportError, check_no_loops, export_onnx, metadata
+from export.onnx import ExportError, check_no_loops, export_onnx, metadata, read_metadata
 from export.quantize import quantize_int8, scan_kernel_nodes
 from export.stream_graph import FLOAT_ONLY
 from export.verify import TOLERANCE, VerificationError, open_session, run_onnx, run_torch, verify_export
@@ -36,7 +36,7 @@ def real_clips() -> list[np.ndarray]:
 
 
 def props(path) -> dict:
-    return {p.key: p.value for p in onnx.load(path).metadata_props}
+    return read_metadata(path)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -4,7 +4,6 @@ import json
 import math
 
 import numpy as np
-import onnx
 import pytest
 import torch
 
@@ -277,9 +276,10 @@ def test_choose_spends_the_false_accept_budget_where_it_buys_the_most_hits():
 
 def test_calibrate_stores_an_operating_point_the_runtime_uses(tmp_path, shared_data):
     from export.calibrate import main
+    from export.onnx import read_metadata
     out = tmp_path / "calibrated.onnx"
     assert main([str(DEFAULT_MODEL), "-o", str(out), "--hours", "0.05", "--data", str(shared_data)]) == 0
-    meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    meta = read_metadata(out)
     detection, calibration = json.loads(meta["detection"]), json.loads(meta["calibration"])
     model = KeywordModel(out)
     assert set(detection["threshold"]) == set(model.keywords)

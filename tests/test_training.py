@@ -9,7 +9,6 @@ import textwrap
 
 import lightning as L
 import numpy as np
-import onnx
 import pytest
 import soundfile as sf
 import torch
@@ -368,7 +367,7 @@ def test_a_corrupt_clip_is_skipped_and_counted(tmp_path):
 def test_paper_config_trains_a_step_and_exports(tmp_path, clip_root):
     """sc35_paper.yaml as it is (raw 16 kHz, bidirectional, 6 layers) on the real clips: one
     optimiser step that moves the weights, a checkpoint, and a verified ONNX clip classifier."""
-    from export.onnx import export_onnx
+    from export.onnx import export_onnx, read_metadata
     from model.classifiers import load_checkpoint
     config = REPO / "training" / "configs" / "sc35_paper.yaml"
     over = {"data.root": str(clip_root), "data.sources": "[clips]", "data.num_workers": "0",
@@ -389,7 +388,7 @@ def test_paper_config_trains_a_step_and_exports(tmp_path, clip_root):
     moved = torch.nn.utils.parameters_to_vector(net.parameters()) - start["weights"]
     assert torch.isfinite(moved).all() and moved.abs().max() > 0
     path = export_onnx(net, tmp_path / "sc35.onnx")
-    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
+    meta = read_metadata(path)
     assert json.loads(meta["streaming"]) is False and len(json.loads(meta["labels"])) == 35
 
 
