@@ -24,7 +24,7 @@ import pandas as pd
 from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession,
                                new_session, wake_series)
 from app.detect import keyword_list
-from app.spotter import DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
+from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
 from app.twostage import WINDOW_S
 
 HOST = "127.0.0.1"           # loopback unless told otherwise (--host 0.0.0.0 in the container)
@@ -260,7 +260,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                      "enroll`): the page listens for it, then for a command in the window it opens (its "
                      f"metadata's window_s, else {WINDOW_S:g} s)")
     two.add_argument("--commands", type=Path, default=None, metavar="C.onnx", help="the command model, whose "
-                     f"keywords are the commands (default: the bundled {DEFAULT_MODEL.name})")
+                     f"keywords are the commands (default: the bundled {COMMAND_MODEL.name})")
     two.add_argument("--wake-keywords", type=keyword_list, default=None, metavar="K,…", help="the wake model's "
                      "keywords that open a window, separated by commas (default: all of them)")
     args = p.parse_args(argv)
@@ -304,8 +304,8 @@ def load_models(args: argparse.Namespace) -> Served:
         keywords = None if args.wake_keywords is None else listened(wake, args.wake_keywords)
     except ValueError as e:
         raise ValueError(f"--wake-keywords: {e}") from None
-    same = (args.commands or DEFAULT_MODEL).resolve() == args.wake.resolve()
-    commands = wake if same else loaded("--commands", args.commands)   # one KeywordModel per file
+    same = (args.commands or COMMAND_MODEL).resolve() == args.wake.resolve()
+    commands = wake if same else loaded("--commands", args.commands or COMMAND_MODEL)   # one KeywordModel per file
     try:
         return Assistant(wake, commands, keywords)
     except ValueError as e:                     # rates or hops that differ

@@ -7,7 +7,7 @@ detection on stdout (`file`, `keyword`, `time_s`, `score`); with `--scores`, the
 CSV instead (`file,time_s,<one column per label>`). With `--wake`, one JSON line per wake word
 (`file`, `wake`, `time_s`, `score`, `command`, `command_time_s`, `command_score`; `command` null
 when none was heard in its window), the command model (`--commands`, default the bundled
-kws12.onnx) listening for `--window` seconds after each; --keywords are then the commands
+commands.onnx) listening for `--window` seconds after each; --keywords are then the commands
 listened for and --threshold the wake word's. A file that cannot be read is reported on
 stderr and the next one goes on; the exit status is then 1.
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
+from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
 from app.twostage import (COMMAND_CONFIDENT, COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S,
                           WakeCommandSpotter)
 from corpus.clips import ClipError, audio_blocks
@@ -80,7 +80,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     two = p.add_argument_group("a wake word, then a command")
     two.add_argument("--wake", default=None, help="a wake-word ONNX file (`rotkws enroll`): report each wake "
                      "word and the command heard after it")
-    two.add_argument("--commands", default=None, help=f"the command model (default: {DEFAULT_MODEL})")
+    two.add_argument("--commands", default=None, help=f"the command model (default: {COMMAND_MODEL})")
     two.add_argument("--window", type=float, default=None, help="seconds the command model listens after a "
                      f"wake word (default: the wake model's metadata, else {WINDOW_S:g})")
     two.add_argument("--command-threshold", type=float, default=COMMAND_THRESHOLD,
@@ -106,7 +106,7 @@ def make_spotter(args) -> KeywordSpotter:
         return KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, **rule)
     if args.model is not None:
         raise ValueError("--model and --wake: give the wake word as --wake and the commands as --commands")
-    return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands), window_s=args.window,
+    return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands or COMMAND_MODEL), window_s=args.window,
                               command_state=args.command_state, command_keywords=args.keywords,
                               command_threshold=args.command_threshold,
                               command_confident=args.command_confident, **rule)

@@ -22,13 +22,14 @@ from corpus.labels import NOT_KEYWORDS, OTHER, SILENCE, UNKNOWN   # noqa: F401  
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "kws12.onnx"
 WAKE_MODEL = DEFAULT_MODEL.parent / "alexa.onnx"   # the bundled wake word (app/models/MODEL_CARD.md)
+COMMAND_MODEL = DEFAULT_MODEL.parent / "commands.onnx"   # the bundled command stage after a wake word
 HOP_SECONDS = 0.1                 # the spotter scores every 100 ms of audio
 REQUIRED_METADATA = ("labels", "sample_rate", "input_multiple", "max_samples", "streaming",
                      "state_size")
 ORT_THREADS = 1                   # measured (benchmarks/bench_runtime.py): a second thread costs
                                   # 2-3x the CPU per 100 ms hop, a job too small to split
 
-__all__ = ["DEFAULT_MODEL", "Detection", "KeywordModel", "KeywordSpotter", "ModelError", "SpotResult"]
+__all__ = ["COMMAND_MODEL", "DEFAULT_MODEL", "Detection", "KeywordModel", "KeywordSpotter", "ModelError", "SpotResult"]
 
 
 class ModelError(ValueError):

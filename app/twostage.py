@@ -1,6 +1,6 @@
 """Wake word, then a command: two rotkws models on one stream, the way assistants use them.
 
-    spotter = WakeCommandSpotter(KeywordModel("alexa.onnx"), KeywordModel("kws12.onnx"))
+    spotter = WakeCommandSpotter(KeywordModel("alexa.onnx"), KeywordModel("commands.onnx"))
     res = spotter.process(chunk, 48_000)     # any dtype, channels, rate, length
     res.detections                           # the wake words heard in this call
     res.events                               # WakeEvents whose command window closed in this call

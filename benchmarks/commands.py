@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.spotter import DEFAULT_MODEL, KeywordModel
+from app.spotter import COMMAND_MODEL, KeywordModel
 from app.twostage import COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S, WakeCommandSpotter
 from benchmarks.report import machine, write_section
 from corpus.clips import ClipError, read_audio
@@ -173,7 +173,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks.commands", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--wake", required=True, help=f"a wake-word ONNX file for {PHRASE!r} (`rotkws enroll {PHRASE}`)")
-    p.add_argument("--commands", default=str(DEFAULT_MODEL), help="the command model (default: %(default)s)")
+    p.add_argument("--commands", default=str(COMMAND_MODEL), help="the command model (default: %(default)s)")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--snr", type=float, action="append", default=None,
                    help=f"dB by peak frame energy, repeat for several (default: {', '.join(f'{x:g}' for x in SNRS_DB)})")

@@ -115,14 +115,17 @@ def test_a_closed_pipe_ends_the_command_quietly(model):
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
 
 
-def test_eval_scores_a_checkpoint_and_its_export_alike(capsys):
-    """One eval, two kinds of model: the default model's checkpoint (PyTorch) and the bundled file
-    exported from it (onnxruntime) classify the real clips the same way."""
+@pytest.mark.parametrize("checkpoint, bundled", [("kws12_stream.ckpt", "kws12.onnx"),      # app/models/MODEL_CARD.md
+                                                  ("kws12_commands.ckpt", "commands.onnx")])
+def test_eval_scores_a_checkpoint_and_its_export_alike(checkpoint, bundled, capsys):
+    """One eval, two kinds of model: a bundled model's checkpoint (PyTorch) and the file exported
+    from it (onnxruntime) classify the real clips the same way."""
     from app.evaluate import main
-    from app.spotter import DEFAULT_MODEL
-    checkpoint = REPO / "training" / "checkpoints" / "kws12_stream.ckpt"   # app/models/MODEL_CARD.md
+    from app.spotter import COMMAND_MODEL, DEFAULT_MODEL
+    assert {DEFAULT_MODEL.name, COMMAND_MODEL.name} == {"kws12.onnx", "commands.onnx"}
+    checkpoint = REPO / "training" / "checkpoints" / checkpoint
     results = []
-    for args in (["--checkpoint", str(checkpoint)], ["--model", str(DEFAULT_MODEL)]):
+    for args in (["--checkpoint", str(checkpoint)], ["--model", str(DEFAULT_MODEL.parent / bundled)]):
         assert main(args + ["--data", str(CLIPS), "--json"]) == 0
         results.append(json.loads(capsys.readouterr().out))
     torch_run, onnx_run = results
