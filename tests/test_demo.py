@@ -18,9 +18,9 @@ from app import demo
 from benchmarks.demo_client import LOG_LINE, DemoServer, StreamVisitor
 from app.demo_session import (FILE_PIECE_S, PLOT_RATE_HZ, PLOT_WINDOW_S, WINDOW_MARK, WINDOW_SERIES, Assistant,
                                DemoSession, WakeSession, binned_max, log_line, plot_series, wake_series)
-from app.spotter import (DEFAULT_MODEL, HOP_SECONDS, WAKE_MODEL as BUNDLED_WAKE_MODEL, Detection, KeywordModel,
+from app.spotter import (COMMAND_MODEL, DEFAULT_MODEL, HOP_SECONDS, WAKE_MODEL as BUNDLED_WAKE_MODEL, Detection, KeywordModel,
                          KeywordSpotter)
-from app.twostage import COMMAND_THRESHOLD
+from app.twostage import COMMAND_THRESHOLD, WINDOW_S
 from conftest import CLIPS
 
 BROWSER_RATE = 48_000        # what browsers send the page, Hz
@@ -41,6 +41,7 @@ WAKE_CLIPS = sorted((CLIPS.parent / "wakeword" / "alexa").glob("*.flac"))   # re
 COMMAND = "left"             # the command said after it, a keyword of the bundled command model
 COMMAND_CLIPS = sorted(CLIPS.glob(f"{COMMAND}/*.wav"))
 COMMAND_GAP_S = 0.3          # silence between the wake word's clip and the command's
+COMMAND_TAIL_S = WINDOW_S     # silence after it: a window whose command is not sure runs its length
 
 ALL_CLIPS = sorted(CLIPS.glob("*/*.wav"))
 KEYWORD_CLIPS = [p for p in ALL_CLIPS if not p.parent.name.startswith("_")]
@@ -85,12 +86,14 @@ def at_48k(path, lead_s: float = LEAD_S, tail_s: float = TAIL_S) -> np.ndarray:
     return np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16)
 
 
-def wake_then(wake, command=None, gap_s: float = COMMAND_GAP_S, tail_s: float = TAIL_S) -> np.ndarray:
-    """LEAD_S of silence, a real wake-word clip, `gap_s`, a real command clip (or none), `tail_s`:
-    (samples,) int16 at 48 kHz, as a browser would send it."""
+def wake_then(wake, command=None, gap_s: float = COMMAND_GAP_S, tail_s: float | None = None) -> np.ndarray:
+    """LEAD_S of silence, a real wake-word clip, `gap_s`, a real command clip (or none), `tail_s`
+    (default TAIL_S, or COMMAND_TAIL_S after a command): (samples,) int16 at 48 kHz, as a browser
+    would send it."""
     if command is None:
-        return at_48k(wake, LEAD_S, gap_s + tail_s)
-    return np.concatenate([at_48k(wake, LEAD_S, 0.0), at_48k(command, gap_s, tail_s)])
+        return at_48k(wake, LEAD_S, gap_s + (TAIL_S if tail_s is None else tail_s))
+    return np.concatenate([at_48k(wake, LEAD_S, 0.0),
+                           at_48k(command, gap_s, COMMAND_TAIL_S if tail_s is None else tail_s)])
 
 
 def padded_file(path, folder) -> str:
@@ -467,10 +470,10 @@ def test_a_per_keyword_operating_point_survives_the_slider_until_it_moves(model,
 
 @pytest.fixture(scope="module")
 def assistant(model) -> Assistant:
-    """The two-stage page's models: WAKE_MODEL's WAKE_KEYWORDS, then the bundled model's commands
-    (one KeywordModel where both are the same file, as `rotkws demo` loads them)."""
+    """The two-stage page's models, as `rotkws demo --wake WAKE_MODEL` loads them: WAKE_MODEL's
+    WAKE_KEYWORDS, then the bundled command stage's (COMMAND_MODEL) commands."""
     wake = model if WAKE_MODEL == DEFAULT_MODEL else KeywordModel(WAKE_MODEL)
-    return Assistant(wake, model, WAKE_KEYWORDS)
+    return Assistant(wake, KeywordModel(COMMAND_MODEL), WAKE_KEYWORDS)
 
 
 @pytest.fixture(scope="module")
@@ -485,12 +488,15 @@ def window_s(assistant) -> float:
 
 @pytest.fixture(scope="module")
 def wake_clip(assistant, wake_word, window_s):
-    """The real wake-word recording the page hears most surely on its own."""
+    """The real wake-word recording the page hears most surely on its own (the wake word once, and
+    then no command in its window: the command stage hears something in a phrase's tail now and
+    then, BENCHMARKS.md, commands)."""
     sure = {}
     for path in WAKE_CLIPS:
-        heard = stream(assistant, wake_then(path, tail_s=window_s)).detections
-        if [d.keyword for d in heard] == [wake_word]:
-            sure[path] = heard[0].score
+        session = stream(assistant, wake_then(path, tail_s=window_s + 1.0))
+        if [d.keyword for d in session.detections] == [wake_word] and \
+                [(e.wake, e.command) for e in session.events] == [(wake_word, None)]:
+            sure[path] = session.detections[0].score
     if not sure:
         pytest.fail(f"the page hears the wake word {wake_word!r} in none of {[clip_id(p) for p in WAKE_CLIPS]}")
     return max(sure, key=sure.get)
@@ -530,7 +536,7 @@ def test_wake_word_then_command_is_logged_as_the_runtime_hears_it(assistant, wak
     assert LEAD_S < page.time_s < page.command_time_s
     assert logged(session.log_text()) == [(COMMAND, f"command after {wake_word}"),
                                           (wake_word, f"wake word: listening {window_s:g} s for a command")]
-    assert not session.spotter.window_open, "a command closes its window"
+    assert not session.spotter.window_open, "the window closed on the command (sure) or at its end"
 
 
 def test_no_command_in_the_window_is_logged_as_no_command(assistant, wake_word, wake_clip, command_clip, window_s):
@@ -559,7 +565,8 @@ def test_a_file_ending_inside_the_window_closes_it_at_its_end(assistant, wake_wo
     assert log.startswith(session.log[0]) and f"t={end_s:7.2f} s  no command after {wake_word}" in session.log[0]
 
 
-def test_the_plot_shows_commands_only_while_their_window_is_open(assistant, wake_word, wake_clip, command_clip):
+def test_the_plot_shows_commands_only_while_their_window_is_open(assistant, wake_word, wake_clip, command_clip,
+                                                                 window_s):
     audio = wake_then(wake_clip, command_clip)
     scores, plot, *_, session = demo.on_chunk(assistant, (BROWSER_RATE, audio), None, THRESHOLD, 0.0)
     assert set(plot["keyword"]) == set(plot_series(assistant)) == set(demo.plot_colors(assistant)), \
@@ -573,14 +580,19 @@ def test_the_plot_shows_commands_only_while_their_window_is_open(assistant, wake
     assert list(window["time"]) == list(command["time"]), "the window is where the command model ran"
     bin_s = 1 / PLOT_RATE_HZ
     assert event.time_s < window["time"].min() <= event.time_s + HOP_SECONDS + bin_s + 1e-9   # bins end-stamped
-    assert event.command_time_s - 1e-9 <= window["time"].max() <= event.command_time_s + bin_s + 1e-9
+    closed = window["time"].max()           # at the command if it was sure, else at the window's end
+    assert event.command_time_s - 1e-9 <= closed
+    assert closed <= event.command_time_s + bin_s + 1e-9 or \
+        abs(closed - (event.time_s + window_s)) <= HOP_SECONDS + bin_s + 1e-9
     assert command["score"].max() >= event.command_score - 1e-6
     assert set(scores) == set(assistant.wake.labels)     # the window closed: the wake model's classes
 
 
-def test_hearing_now_shows_the_command_model_while_its_window_is_open(assistant, wake_clip):
-    scores, *_, session = demo.on_chunk(assistant, (BROWSER_RATE, wake_then(wake_clip, tail_s=1.0)),
-                                        None, THRESHOLD, 0.0)
+def test_hearing_now_shows_the_command_model_while_its_window_is_open(assistant, wake_clip, window_s):
+    audio = wake_then(wake_clip, tail_s=window_s)
+    woke_s = stream(assistant, audio).detections[0].time_s
+    halfway = audio[:int((woke_s + window_s / 2) * BROWSER_RATE)]       # the recording may run on past the phrase
+    scores, *_, session = demo.on_chunk(assistant, (BROWSER_RATE, halfway), None, THRESHOLD, 0.0)
     assert session.spotter.window_open
     expected = dict(zip(assistant.commands.labels, session.command_scores[-1].tolist()))
     assert scores == pytest.approx(expected) and not np.isnan(session.command_scores[-1]).any()
@@ -674,6 +686,8 @@ def test_cli_two_stage_options_and_what_it_refuses(tmp_path, capsys):
 
 def test_one_model_file_is_loaded_once_for_both_stages():
     require_default_model()
-    same = demo.load_models(demo.parse_args(["--wake", str(DEFAULT_MODEL)]))
+    same = demo.load_models(demo.parse_args(["--wake", str(DEFAULT_MODEL), "--commands", str(DEFAULT_MODEL)]))
+    assert isinstance(same, Assistant) and same.commands is same.wake
+    same = demo.load_models(demo.parse_args(["--wake", str(COMMAND_MODEL)]))      # the default --commands
     assert isinstance(same, Assistant) and same.commands is same.wake
     assert same.wake_words == same.wake.keywords, "without --wake-keywords, all of them"
