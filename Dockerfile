@@ -21,12 +21,14 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# app/ holds the runtime, the demo and app/models/ (the default model, installed as package data);
+# app/ holds the runtime, the demo and app/models/ (the bundled models, installed as package data);
 # corpus/ the audio reading and data folders it shares with training
 COPY app/ app/
 COPY corpus/ corpus/
 RUN pip install "./[app]" \
- && python -c "from app.spotter import DEFAULT_MODEL as m; assert m.is_file(), f'no default model at {m}'"
+ && python -c "from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, WAKE_MODEL; \
+                missing = [str(m) for m in (DEFAULT_MODEL, WAKE_MODEL, COMMAND_MODEL) if not m.is_file()]; \
+                assert not missing, f'bundled models missing: {missing}'"
 
 # ── serve: the slim runtime image, `rotkws demo` on all interfaces as a non-root user ──
 FROM ${PYTHON_IMAGE} AS serve

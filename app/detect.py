@@ -106,8 +106,8 @@ def make_spotter(args) -> KeywordSpotter:
         return KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, **rule)
     if args.model is not None:
         raise ValueError("--model and --wake: give the wake word as --wake and the commands as --commands")
-    return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands or COMMAND_MODEL), window_s=args.window,
-                              command_state=args.command_state, command_keywords=args.keywords,
+    return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands or COMMAND_MODEL),
+                              window_s=args.window, command_state=args.command_state, command_keywords=args.keywords,
                               command_threshold=args.command_threshold,
                               command_confident=args.command_confident, **rule)
 
