@@ -304,8 +304,9 @@ def load_models(args: argparse.Namespace) -> Served:
         keywords = None if args.wake_keywords is None else listened(wake, args.wake_keywords)
     except ValueError as e:
         raise ValueError(f"--wake-keywords: {e}") from None
-    same = (args.commands or COMMAND_MODEL).resolve() == args.wake.resolve()
-    commands = wake if same else loaded("--commands", args.commands or COMMAND_MODEL)   # one KeywordModel per file
+    command_path = args.commands or COMMAND_MODEL
+    same = command_path.resolve() == args.wake.resolve()
+    commands = wake if same else loaded("--commands", command_path)   # one KeywordModel per file
     try:
         return Assistant(wake, commands, keywords)
     except ValueError as e:                     # rates or hops that differ
