@@ -6,15 +6,18 @@ The stream (evaluation/wakestream.py's mix: random order, 1–3 s pauses, backgr
 Commands test folder's speakers that corpus/splits.py keeps for testing; never trained on), each
 said COMMAND_GAP_S after a held-out recording of the wake phrase (the odd-numbered ones, cycled,
 cut where the phrase ends: `spoken`), at the phrase's peak frame energy (one speaker says both),
-the two one piece under one noise crop; between the pieces, as many utterances of the bench's
-read speech (speakers no training or threshold used). WakeCommandSpotter runs over it as a
-microphone feeds it, for each command rule in SETTINGS.
+the two one piece under one noise crop; as many pieces in which nothing follows the wake phrase
+(the same gap, then WINDOW_S of silence: a wake word said and nothing after it); between the
+pieces, as many utterances of the bench's read speech as there are commands (speakers no training
+or threshold used). WakeCommandSpotter runs over it as a microphone feeds it, for each command rule
+in SETTINGS.
 
-A wake word hits a piece when it fires between the phrase's start and the command's; each hit's
-command is then `correct` (that clip's word, said no earlier than the clip), `another` (any other
-command, or one heard before the clip began) or `none` (the window closed on nothing). Every wake
-word elsewhere is a false wake-up (per hour; with the command it reported, if any). The done-when
-of issue 27 reads the hits: ≥ 95 % correct, ≤ 2 % another.
+A wake word hits a piece when it fires between the phrase's start and the command's (a piece with
+nothing after it: the end of its gap); each hit's command is then `correct` (that clip's word, said
+no earlier than the clip), `another` (any other command, or one heard before the clip began) or
+`none` (the window closed on nothing); after a phrase with nothing after it, any command is a
+phantom. Every wake word elsewhere is a false wake-up (per hour; with the command it reported, if
+any). The done-when of issue 27 reads the hits: ≥ 95 % correct, ≤ 2 % another.
 """
 import argparse
 import json
@@ -42,6 +45,7 @@ SPLIT = "testing"             # the command clips' split (`--split validation`: 
 SPEECH_SPLIT = {"testing": "bench", "validation": "validation"}   # … and the read speech around them
 SEED = 0
 FEED_S = 0.5                  # audio fed per process() call, as a microphone delivers it
+ALONE_SHARE = 1.0             # pieces with nothing after the wake phrase, per piece with a command
 SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.2, 0.3, 0.4, 0.5)]
 SNRS_DB = (wakestream.SNR_DB, 20.0, 40.0)   # the wake-word bench's noise, then quieter rooms
 OUTCOMES = ("correct", "another", "none")
@@ -59,8 +63,9 @@ def spoken(audio: np.ndarray) -> np.ndarray:
 
 
 def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.Item], list[dict]]:
-    """The pieces (wake phrase, gap, command clip) and the bench utterances, as stream items; and
-    per piece (its label is its index) where the command starts within it and which word it is."""
+    """The pieces (wake phrase, gap, command clip or WINDOW_S of silence) and the bench utterances,
+    as stream items; and per piece (its label is its index) where the command starts within it
+    (or would: the end of its gap) and which word it is (None: nothing is said)."""
     wakes = []
     for path in speech.wake_recordings(data, PHRASE):
         try:
@@ -77,8 +82,16 @@ def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.
         items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), command]),
                                      wakestream.PHRASE, str(len(pieces))))
         pieces.append({"word": clips[i].label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
+    commands = len(pieces)
+    for k in range(commands, commands + round(ALONE_SHARE * commands)):
+        wake = spoken(wakes[k % len(wakes)])
+        gap = int(rng.uniform(*COMMAND_GAP_S) * wakestream.SAMPLE_RATE)
+        items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap + int(WINDOW_S * wakestream.SAMPLE_RATE),
+                                                                    np.float32)]),
+                                     wakestream.PHRASE, str(len(pieces))))
+        pieces.append({"word": None, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
     said = [u for u in speech.utterances(data, SPEECH_SPLIT[split]) if not speech.holds_phrase(u.text, PHRASE)]
-    for j in rng.permutation(len(said))[:len(pieces)]:
+    for j in rng.permutation(len(said))[:commands]:
         items.append(wakestream.Item(speech.read(said[j].path), wakestream.SPEECH, said[j].speaker))
     return items, pieces
 
@@ -109,7 +122,7 @@ def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours
              for e in events if e.kind == wakestream.PHRASE]
     outcomes = {o: 0 for o in OUTCOMES}
     per_word = {w: {o: 0 for o in OUTCOMES} for w in KWS_WORDS}
-    hit, false, false_commands, confusions = set(), 0, 0, {}
+    hit, false, false_commands, confusions, alone_hits, phantoms = set(), 0, 0, {}, 0, 0
     for w in wake_events:
         piece = next(((cmd_s, p) for start, cmd_s, p in spans if start <= w.time_s < cmd_s and p not in hit), None)
         if piece is None:
@@ -119,6 +132,10 @@ def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours
         cmd_s, p = piece
         hit.add(p)
         word = pieces[p]["word"]
+        if word is None:                                   # nothing was said after this wake word
+            alone_hits += 1
+            phantoms += w.command is not None
+            continue
         outcome = ("none" if w.command is None else
                    "correct" if w.command == word and w.command_time_s >= cmd_s else "another")
         outcomes[outcome] += 1
@@ -126,8 +143,10 @@ def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours
         if outcome == "another":
             heard = f"{word} → {w.command}" + ("" if w.command != word else " (early)")
             confusions[heard] = confusions.get(heard, 0) + 1
-    n = len(spans)
-    return {"pieces": n, "wake_hits": len(hit), "wake_missed": n - len(hit), "outcomes": outcomes,
+    n = sum(pieces[p]["word"] is not None for _, _, p in spans)
+    return {"pieces": n, "wake_hits": len(hit) - alone_hits, "wake_missed": n - (len(hit) - alone_hits),
+            "alone_pieces": len(spans) - n, "alone_hits": alone_hits, "phantom_commands": phantoms,
+            "outcomes": outcomes,
             "per_word": per_word, "confusions": dict(sorted(confusions.items(), key=lambda kv: -kv[1])),
             "false_wakes_per_hour": false / hours,
             "false_commands_per_hour": false_commands / hours}
@@ -137,10 +156,16 @@ def rate(r: dict, outcome: str) -> float:
     return r["outcomes"][outcome] / max(1, r["wake_hits"])
 
 
+def phantom_rate(r: dict) -> str:
+    """'2.1 % (5 of 240)': the wake words with nothing said after them that reported a command."""
+    return f"{100 * r['phantom_commands'] / max(1, r['alone_hits']):.1f} % ({r['phantom_commands']} of {r['alone_hits']})"
+
+
 def table(results: list[dict]) -> str:
     head = ("| SNR | command model's state | command threshold | commands after a detected wake word | correct "
-            "| another command | none heard | false wake-ups per hour (with a command) | CPU ms per s of audio |\n"
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+            "| another command | none heard | a command after a wake word with nothing after it "
+            "| false wake-ups per hour (with a command) | CPU ms per s of audio |\n"
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     rows = [f"| {r['snr_db']:g} dB | {r['state']} | {r['threshold']:g} | {r['wake_hits']} of {r['pieces']} | "
             f"{100 * rate(r, 'correct'):.1f} % | {100 * rate(r, 'another'):.1f} % | {100 * rate(r, 'none'):.1f} % | "
             f"{r['false_wakes_per_hour']:.1f} ({r['false_commands_per_hour']:.1f}) | {r['cpu_ms_per_s']:.1f} |"
@@ -160,6 +185,7 @@ def describe(wake: Path, commands: Path, counts: dict, hours: float, seed: int, 
     return (f"Stream: {hours:.2f} h (seed {seed}): {counts['pieces']} pieces, each a held-out `{PHRASE}` "
             f"recording (the odd-numbered ones, cycled), {COMMAND_GAP_S[0]:g}–{COMMAND_GAP_S[1]:g} s of "
             f"silence and a {split}-split clip of one of the ten commands (speakers never trained on), "
+            f"and {counts['alone']} pieces of the phrase with nothing said after it, "
             f"among {counts['utterances']} utterances of read speech "
             f"({speech.SPLIT_SOURCES[SPEECH_SPLIT[split]]}), 1–3 s pauses, background noise at the SNR of each row by "
             f"peak frame energy (the same stream but for the noise's level). Wake word `{wake.name}` at its stored threshold; commands "
@@ -209,7 +235,8 @@ def main(argv=None) -> int:
     for snr in args.snr or SNRS_DB:
         audio, events, pieces = build(data, args.seed, snr, args.split)
         hours = len(audio) / wakestream.SAMPLE_RATE / 3600
-        counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events),
+        alone = sum(e.kind == wakestream.PHRASE and pieces[int(e.label)]["word"] is None for e in events)
+        counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events) - alone, "alone": alone,
                   "utterances": sum(e.kind == wakestream.SPEECH for e in events)}
         print(f"stream at {snr:g} dB: {hours:.2f} h, {counts['pieces']} commands after the wake word", file=sys.stderr)
         for state, threshold in args.rules:
@@ -221,7 +248,8 @@ def main(argv=None) -> int:
                 "cpu_ms_per_s": 1000 * (time.process_time() - cpu) / (hours * 3600)}
             results.append(r)
             print(f"{snr:g} dB {state} {threshold:g}: {r['wake_hits']} hits, correct {100 * rate(r, 'correct'):.1f} %, "
-                  f"another {100 * rate(r, 'another'):.1f} %, none {100 * rate(r, 'none'):.1f} %", file=sys.stderr)
+                  f"another {100 * rate(r, 'another'):.1f} %, none {100 * rate(r, 'none'):.1f} %, "
+                  f"a command after nothing {phantom_rate(r)}", file=sys.stderr)
     text = table(results)
     shipped = [r for r in results if r["state"] == COMMAND_STATE and r["threshold"] == COMMAND_THRESHOLD] or results
     words = per_word_table(shipped[0])

@@ -190,17 +190,23 @@ def test_scoring_counts_hits_their_commands_and_false_wake_ups():
     from benchmarks.commands import score
     from evaluation.wakestream import PHRASE, SPEECH, Event
     pieces = [{"word": "left", "command_at_s": 1.5}, {"word": "stop", "command_at_s": 1.2},
-              {"word": "go", "command_at_s": 1.0}, {"word": "up", "command_at_s": 1.0}]
+              {"word": "go", "command_at_s": 1.0}, {"word": "up", "command_at_s": 1.0},
+              {"word": None, "command_at_s": 1.1}, {"word": None, "command_at_s": 1.1},
+              {"word": None, "command_at_s": 1.1}]
     events = [Event(PHRASE, "0", 10.0, 12.5), Event(SPEECH, "spk", 15.0, 19.0), Event(PHRASE, "1", 20.0, 22.0),
-              Event(PHRASE, "2", 30.0, 32.0), Event(PHRASE, "3", 40.0, 42.0)]
+              Event(PHRASE, "2", 30.0, 32.0), Event(PHRASE, "3", 40.0, 42.0),
+              Event(PHRASE, "4", 50.0, 55.0), Event(PHRASE, "5", 60.0, 65.0), Event(PHRASE, "6", 70.0, 75.0)]
     found = [WakeEvent("alexa", 11.0, 0.9, "left", 11.8, 0.9),      # correct
              WakeEvent("alexa", 16.0, 0.9, "up", 17.0, 0.8),        # a false wake-up with a command
              WakeEvent("alexa", 20.9, 0.9, "go", 21.5, 0.7),        # another command
              WakeEvent("alexa", 30.5, 0.9, None),                   # none heard
              WakeEvent("alexa", 40.8, 0.9, "up", 40.9, 0.8),        # heard before the clip began: another
-             WakeEvent("alexa", 41.5, 0.9, None)]                   # fired during the command: false
+             WakeEvent("alexa", 41.5, 0.9, None),                   # fired during the command: false
+             WakeEvent("alexa", 50.9, 0.9, "no", 52.0, 0.6),        # nothing said after it: a phantom
+             WakeEvent("alexa", 60.8, 0.9, None)]                   # nothing said, nothing heard; 6 missed
     r = score(found, events, pieces, hours=0.5)
     assert (r["pieces"], r["wake_hits"], r["wake_missed"]) == (4, 4, 0)
+    assert (r["alone_pieces"], r["alone_hits"], r["phantom_commands"]) == (3, 2, 1)
     assert r["outcomes"] == {"correct": 1, "another": 2, "none": 1}
     assert r["per_word"]["left"]["correct"] == 1 and r["per_word"]["up"]["another"] == 1
     assert r["confusions"] == {"stop → go": 1, "up → up (early)": 1}
@@ -230,8 +236,14 @@ def test_the_bench_stream_puts_each_command_where_it_says(shared_data):
     items, pieces = commands.command_items(shared_data, rng)
     phrase = [it for it in items if it.kind == wakestream.PHRASE]
     said = [it for it in items if it.kind == wakestream.SPEECH]
-    assert len(phrase) == len(pieces) == len(said) > 300
-    assert {p["word"] for p in pieces} == set(commands.KWS_WORDS)
+    assert len(phrase) == len(pieces)
+    alone = [(it, p) for it, p in zip(phrase, pieces) if p["word"] is None]
+    assert len(said) == len(pieces) - len(alone) == round(len(alone) / commands.ALONE_SHARE) > 300
+    assert {p["word"] for p in pieces} == set(commands.KWS_WORDS) | {None}
+    # a wake phrase with nothing after it: the window's length of silence after its gap
+    for it, p in alone[:20]:
+        rest = it.audio[round(p["command_at_s"] * wakestream.SAMPLE_RATE):]
+        assert len(rest) == round(commands.WINDOW_S * wakestream.SAMPLE_RATE) and not rest.any()
     gaps = [p["command_at_s"] for p in pieces]
     assert min(gaps) > commands.COMMAND_GAP_S[0]
     # the command clip is the item's tail, starting where the piece says: a testing-split clip of
