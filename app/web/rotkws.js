@@ -554,7 +554,7 @@ function emptyResult() {
 
 export const WINDOW_S = 3.0;            // the command window after a wake word (Porcupine + Rhino: a few seconds)
 export const COMMAND_CONFIDENT = 0.9;   // a command's smoothed probability that closes the window at once …
-export const COMMAND_THRESHOLD = 0.3;   // … else its peak in the window must reach this (BENCHMARKS.md, commands)
+export const COMMAND_THRESHOLD = 0.4;   // … else its peak in the window must reach this (BENCHMARKS.md, commands)
 export const COMMAND_STATES = Object.freeze(['reset', 'carried']);
 export const COMMAND_STATE = 'reset';   // the command model runs inside windows only (BENCHMARKS.md, commands)
 

@@ -211,7 +211,7 @@ test('the same results however the audio is split and whatever came before reset
 
 test('settings: the wake word\'s as KeywordSpotter\'s, the window the wake model\'s, the commands\' their own', { skip }, () => {
   assert.deepEqual([WINDOW_S, COMMAND_CONFIDENT, COMMAND_THRESHOLD, COMMAND_STATES, COMMAND_STATE],
-    [3, 0.9, 0.3, ['reset', 'carried'], 'reset']);
+    [3, 0.9, 0.4, ['reset', 'carried'], 'reset']);
   const wake = withMeta(model, { detection: { threshold: 0.9, window_s: 1.0 } });
   const commands = withMeta(model, { detection: { threshold: 0.8, smoothing: 5, min_hops: 4, refractory_s: 0.5 } });
   const plain = new WakeCommandSpotter(wake, commands);
@@ -219,10 +219,10 @@ test('settings: the wake word\'s as KeywordSpotter\'s, the window the wake model
     [0.9, 1, 10, 'reset', COMMAND_THRESHOLD]);
   assert.deepEqual(plain.commands.settings, { threshold: COMMAND_CONFIDENT, smoothing: 5, minHops: 4, refractoryS: 0.5 });
   assert.deepEqual(plain.commands.keywords, model.keywords);
-  const given = new WakeCommandSpotter(wake, commands, { windowS: 2, threshold: 0.7, commandThreshold: 0.4,
+  const given = new WakeCommandSpotter(wake, commands, { windowS: 2, threshold: 0.7, commandThreshold: 0.5,
     commandConfident: 0.6, commandSmoothing: 2, commandMinHops: 1, commandKeywords: ['stop'] });
   assert.deepEqual([given.settings.threshold, given.windowHops, given.commands.keywords, given.commandThreshold],
-    [0.7, 20, ['stop'], 0.4]);
+    [0.7, 20, ['stop'], 0.5]);
   assert.deepEqual(given.commands.settings, { threshold: 0.6, smoothing: 2, minHops: 1, refractoryS: 0.5 });
   const theirs = new WakeCommandSpotter(wake, commands, { commandConfident: null });   // null: the command model's
   assert.equal(theirs.commands.threshold, 0.8);
