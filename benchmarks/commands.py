@@ -168,7 +168,7 @@ def table(results: list[dict]) -> str:
             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     rows = [f"| {r['snr_db']:g} dB | {r['state']} | {r['threshold']:g} | {r['wake_hits']} of {r['pieces']} | "
             f"{100 * rate(r, 'correct'):.1f} % | {100 * rate(r, 'another'):.1f} % | {100 * rate(r, 'none'):.1f} % | "
-            f"{r['false_wakes_per_hour']:.1f} ({r['false_commands_per_hour']:.1f}) | {r['cpu_ms_per_s']:.1f} |"
+            f"{phantom_rate(r)} | {r['false_wakes_per_hour']:.1f} ({r['false_commands_per_hour']:.1f}) | {r['cpu_ms_per_s']:.1f} |"
             for r in results]
     return head + "\n".join(rows)
 

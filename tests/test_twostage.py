@@ -213,6 +213,17 @@ def test_scoring_counts_hits_their_commands_and_false_wake_ups():
     assert r["false_wakes_per_hour"] == 4.0 and r["false_commands_per_hour"] == 2.0
 
 
+def test_the_bench_table_has_a_cell_under_every_heading():
+    from benchmarks.commands import table
+    r = {"snr_db": 10.0, "state": "reset", "threshold": 0.4, "pieces": 4, "wake_hits": 4,
+         "outcomes": {"correct": 2, "another": 1, "none": 1}, "alone_hits": 8, "phantom_commands": 1,
+         "false_wakes_per_hour": 2.0, "false_commands_per_hour": 1.0, "cpu_ms_per_s": 5.0}
+    head, rule, row = table([r]).splitlines()
+    cells = lambda line: line.strip("|").split("|")
+    assert len(cells(head)) == len(cells(rule)) == len(cells(row)) == 10
+    assert [c.strip() for c in cells(row)][4:8] == ["50.0 %", "25.0 %", "25.0 %", "12.5 % (1 of 8)"]
+
+
 def test_the_bench_runs_the_rules_asked_for_and_refuses_what_it_cannot_run(capsys):
     from benchmarks.commands import SETTINGS, parse_args
     assert parse_args(["--wake", "w.onnx"]).rules == SETTINGS
