@@ -73,25 +73,22 @@ def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.
         except ClipError:
             continue                                     # a few wake-word files do not decode
     clips = [c for c in split_clips(data, KWS12_LABELS, split) if c.label in KWS_WORDS]
+    after = [clips[i] for i in rng.permutation(len(clips))]          # what each piece says after the phrase
+    after += [None] * round(ALONE_SHARE * len(clips))                 # … nothing, in as many more
     items, pieces = [], []
-    for k, i in enumerate(rng.permutation(len(clips))):
+    for k, clip in enumerate(after):
         wake = spoken(wakes[k % len(wakes)])
         gap = int(rng.uniform(*COMMAND_GAP_S) * wakestream.SAMPLE_RATE)
-        command, _ = read_audio(clips[i].path)
-        command = command * np.sqrt(wakestream.peak_energy(wake) / max(wakestream.peak_energy(command), 1e-20))
-        items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), command]),
+        if clip is None:
+            tail = np.zeros(int(WINDOW_S * wakestream.SAMPLE_RATE), np.float32)
+        else:
+            tail, _ = read_audio(clip.path)
+            tail = tail * np.sqrt(wakestream.peak_energy(wake) / max(wakestream.peak_energy(tail), 1e-20))
+        items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), tail]),
                                      wakestream.PHRASE, str(len(pieces))))
-        pieces.append({"word": clips[i].label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
-    commands = len(pieces)
-    for k in range(commands, commands + round(ALONE_SHARE * commands)):
-        wake = spoken(wakes[k % len(wakes)])
-        gap = int(rng.uniform(*COMMAND_GAP_S) * wakestream.SAMPLE_RATE)
-        items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap + int(WINDOW_S * wakestream.SAMPLE_RATE),
-                                                                    np.float32)]),
-                                     wakestream.PHRASE, str(len(pieces))))
-        pieces.append({"word": None, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
+        pieces.append({"word": None if clip is None else clip.label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
     said = [u for u in speech.utterances(data, SPEECH_SPLIT[split]) if not speech.holds_phrase(u.text, PHRASE)]
-    for j in rng.permutation(len(said))[:commands]:
+    for j in rng.permutation(len(said))[:len(clips)]:
         items.append(wakestream.Item(speech.read(said[j].path), wakestream.SPEECH, said[j].speaker))
     return items, pieces
 
