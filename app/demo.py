@@ -12,6 +12,7 @@ shared by all. A file upload runs the same path over a file. `app/web/`, where p
 served at /web.
 """
 import argparse
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -21,9 +22,11 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
+from app import demo_enroll
 from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession,
                                new_session, wake_series)
 from app.detect import keyword_list
+from app.enroll_jobs import EnrollJobs
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
 from app.twostage import WINDOW_S
 
@@ -39,6 +42,9 @@ SESSION_TTL_S = 3600         # a visitor's spotter is dropped after an hour with
 CACHE_SWEEP = (60, 300)      # every 60 s, delete uploads older than 300 s: each 0.5 s microphone
                              # piece arrives as a file (~48 KB), ~350 MB per visitor-hour if kept
 WEB_DIR = Path(__file__).resolve().parent / "web"   # static files served at /web when present
+ORT_WEB_DIR = WEB_DIR.parents[1] / "node_modules" / "onnxruntime-web" / "dist"   # `npm ci`'s, when there
+ORT_WEB_URL = "/node_modules/onnxruntime-web/dist"   # … served here: /web/'s first place to look
+JOBS_DIR = Path.home() / ".cache" / "rotkws" / "enroll-jobs"   # the enroll tab's jobs (--jobs)
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]   # one fixed colour per keyword, so a line keeps its colour
 WAKE_COLOR = "#000000"       # on a two-stage page: the wake word's line
@@ -124,14 +130,20 @@ def on_stop(session) -> None:
 
 # ─── the page ───
 
-def build_demo(model: Served | None = None) -> gr.Blocks:
+def build_demo(model: Served | None = None, jobs: EnrollJobs | None = None) -> gr.Blocks:
     """The page on `model` (default: the bundled DEFAULT_MODEL) or on a wake word and its
-    commands (an Assistant), shared by every visitor."""
+    commands (an Assistant), shared by every visitor; with `jobs`, a second tab makes a wake
+    word of the visitor's own (app/demo_enroll.py)."""
     model = model if model is not None else KeywordModel()
     with gr.Blocks(title="rotkws demo", analytics_enabled=False, delete_cache=CACHE_SWEEP) as demo:
         session = gr.State(None, time_to_live=SESSION_TTL_S)     # the visitor's DemoSession
-        ui = layout(model)
-        wire(model, session, ui)
+        with gr.Tabs():
+            with gr.Tab("Listen", id="listen", elem_id="tab_listen"):
+                ui = layout(model)
+                wire(model, session, ui)
+            if jobs is not None:
+                with gr.Tab("Your own wake word", id="enroll", elem_id="tab_enroll"):
+                    demo_enroll.build_tab(jobs, demo, STREAM_EVERY_S, STREAM_TIME_LIMIT_S)
     return demo
 
 
@@ -224,29 +236,57 @@ def wire(model: Served, session: gr.State, ui: SimpleNamespace) -> None:
     ui.clear.click(bind(on_clear), inputs, outputs, api_name="clear")
 
 
-def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR, model_path: Path | None = None):
+def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR, model_path: Path | None = None,
+              jobs: EnrollJobs | None = None, ort_dir: Path = ORT_WEB_DIR):
     """A FastAPI app serving `web_dir` at /web (when it exists), the Gradio page at /, and at
     /models/NAME the bundled models and the demo's own model (`model_path`, under its file
     name: the page at /web/?model=../models/NAME runs the same model as the server). Only
-    those files: never the rest of a folder a model happens to sit in."""
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import FileResponse
+    those files: never the rest of a folder a model happens to sit in. onnxruntime-web's files
+    (`ort_dir`, `npm ci`'s) at /node_modules/onnxruntime-web/dist, where /web looks first, so the
+    page needs no CDN; with `jobs`, each finished job's model at /enrolled/ID.onnx."""
+    from fastapi import FastAPI
     from fastapi.staticfiles import StaticFiles
 
     app = FastAPI()
     if web_dir.is_dir():
         app.mount("/web", StaticFiles(directory=web_dir, html=True), name="web")
-        served = {p.name: p for p in DEFAULT_MODEL.parent.glob("*.onnx")}
-        if model_path is not None:
-            served[Path(model_path).name] = Path(model_path)
-
-        @app.get("/models/{name}")
-        def model_file(name: str):
-            if name not in served:
-                raise HTTPException(404, f"no model {name!r} here; served: {sorted(served)}")
-            return FileResponse(served[name], media_type="application/octet-stream")
+        serve_models(app, model_path)
+    if ort_dir.is_dir():
+        app.mount(ORT_WEB_URL, StaticFiles(directory=ort_dir), name="onnxruntime-web")
+    if jobs is not None:
+        serve_enrolled(app, jobs)
     return gr.mount_gradio_app(app, demo.queue(), path="/", max_file_size=MAX_FILE_BYTES, css=CSS,
                                footer_links=["api", "gradio"], ssr_mode=False)
+
+
+def serve_models(app, model_path: Path | None) -> None:
+    from fastapi import HTTPException
+    from fastapi.responses import FileResponse
+
+    served = {p.name: p for p in DEFAULT_MODEL.parent.glob("*.onnx")}
+    if model_path is not None:
+        served[Path(model_path).name] = Path(model_path)
+
+    @app.get("/models/{name}")
+    def model_file(name: str):
+        if name not in served:
+            raise HTTPException(404, f"no model {name!r} here; served: {sorted(served)}")
+        return FileResponse(served[name], media_type="application/octet-stream")
+
+
+def serve_enrolled(app, jobs: EnrollJobs) -> None:
+    """GET /enrolled/ID.onnx: a finished job's model, named after its phrase."""
+    from fastapi import HTTPException
+    from fastapi.responses import FileResponse
+
+    @app.get("/enrolled/{name}")
+    def enrolled_file(name: str):
+        job_id = name.removesuffix(".onnx")
+        path = jobs.model_path(job_id)
+        if path is None:
+            raise HTTPException(404, f"no finished job {job_id!r} on this server")
+        filename = demo_enroll.file_name(jobs.view(job_id)["phrase"])
+        return FileResponse(path, media_type="application/octet-stream", filename=filename)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -263,6 +303,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                      f"keywords are the commands (default: the bundled {COMMAND_MODEL.name})")
     two.add_argument("--wake-keywords", type=keyword_list, default=None, metavar="K,…", help="the wake model's "
                      "keywords that open a window, separated by commas (default: all of them)")
+    own = p.add_argument_group("your own wake word (the page's second tab: app/demo_enroll.py)")
+    own.add_argument("--jobs", type=Path, default=JOBS_DIR, help="folder of the enroll jobs, kept across "
+                     f"restarts (default {JOBS_DIR})")
+    own.add_argument("--enroll-args", type=shlex.split, default=[], metavar="'ARGS'",
+                     help="options every job's `rotkws enroll` gets, e.g. a smaller budget: "
+                          "'--max-steps 200' (default: none, enroll's own)")
+    own.add_argument("--no-enroll", action="store_true", help="no enroll tab")
     args = p.parse_args(argv)
     if args.wake is None and (args.commands is not None or args.wake_keywords is not None):
         p.error("--commands and --wake-keywords need --wake (the wake word that opens each command window)")
@@ -335,12 +382,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rotkws demo: cannot listen on {args.host}:{args.port}: {problem} "
               f"(choose another --port or --host)", file=sys.stderr)
         return 2
-    app = build_app(build_demo(runs), model_path=model.path)
+    jobs = None if args.no_enroll else EnrollJobs(args.jobs, extra=args.enroll_args)
+    app = build_app(build_demo(runs, jobs), model_path=model.path, jobs=jobs)
     print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)
     if WEB_DIR.is_dir():
         query = "" if model.path == DEFAULT_MODEL else f"?model=../models/{model.path.name}"
         print(f"rotkws demo: the in-browser runtime (no server round trip) at "
               f"http://{args.host}:{args.port}/web/{query}", flush=True)
+        if not ORT_WEB_DIR.is_dir():
+            print(f"rotkws demo: {ORT_WEB_DIR} not found (run `npm ci`, as `make demo` does): the "
+                  f"in-browser page will fetch onnxruntime-web from its CDN", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

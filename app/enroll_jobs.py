@@ -50,6 +50,7 @@ MAX_PHRASE_CHARS = 40        # training/tts.py's limit, checked here before a jo
 MIN_FREE_BYTES = 500 * 2**20   # a job writes ~100 MB of temporary files and a 1 MB model
 KILL_GRACE_S = 5.0           # a cancelled job's processes get this long after SIGTERM
 TAKE_PAD_S = 1.0             # silence around a take when the finished model is run over it
+JOB_NICENESS = 10            # the job's process yields the CPU to the page's listeners
 LOG_TAIL_LINES = 3           # a failure without an `error` line is told by enroll's last lines
 NO_TORCH = ("enrolling needs PyTorch (the train extra): pip install -e '.[train]', and the speech "
             "engines: apt-get install espeak-ng flite festival festvox-kallpc16k")
@@ -237,6 +238,7 @@ class EnrollJobs:
         work.mkdir(exist_ok=True)
         takes = sorted((self.folder(job.id) / "takes").glob("take*.wav"), key=lambda p: int(p.stem[4:]))
         argv = self.command(job.phrase, work / "model.onnx", takes, self.extra)
+        argv = (["nice", "-n", str(JOB_NICENESS)] if shutil.which("nice") else []) + argv
         env = os.environ | {"TMPDIR": str(work), "PYTHONUNBUFFERED": "1"}
         try:
             log = open(self.folder(job.id) / "enroll.log", "wb")
