@@ -19,13 +19,16 @@ $(VENV)/.all: pyproject.toml
 	$(BIN)/pip install -q -e ".[app,train,dev,peers]"
 	touch $(VENV)/.app $@
 
-# The JavaScript runtime's tests (app/web/, tests/web/): onnxruntime-node/-web as package-lock.json pins them.
+# The JavaScript runtime (app/web/, tests/web/): onnxruntime-node/-web as package-lock.json pins them;
+# the demo serves onnxruntime-web's files to its /web/ page, which then needs no CDN.
 node_modules/.package-lock.json: package.json package-lock.json
-	@command -v npm >/dev/null || { echo "npm not found: the JavaScript tests will skip"; exit 0; }; \
+	@command -v npm >/dev/null || { echo "npm not found: the JavaScript tests will skip and the demo's /web/ \
+	page will fetch onnxruntime-web from its CDN"; exit 0; }; \
 	npm ci --no-audit --no-fund
 
-demo: $(VENV)/.app
-	$(BIN)/rotkws demo
+DEMO_ARGS ?=
+demo: $(VENV)/.app node_modules/.package-lock.json
+	$(BIN)/rotkws demo $(DEMO_ARGS)
 
 test: $(VENV)/.all node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q -ra
