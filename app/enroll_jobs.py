@@ -79,8 +79,11 @@ class Job:
 
 
 def torch_missing() -> str | None:
-    """How to install what enrolling needs, or None when PyTorch is importable."""
-    return NO_TORCH if importlib.util.find_spec("torch") is None else None
+    """How to install what enrolling needs, or None when PyTorch is importable (found, not imported)."""
+    try:
+        return NO_TORCH if importlib.util.find_spec("torch") is None else None
+    except (ImportError, ValueError):
+        return NO_TORCH
 
 
 def check_text(phrase: str) -> str:
