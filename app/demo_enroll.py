@@ -143,7 +143,8 @@ def status_text(view: dict) -> str:
     phrase = view["phrase"]
     if view["state"] == "queued":
         ahead = view["place"]
-        return f"**{phrase}**: waiting, place {ahead + 1} in the queue ({ahead} job{'s' * (ahead != 1)} ahead of yours)."
+        jobs = f"{ahead} job{'s' * (ahead != 1)}"
+        return f"**{phrase}**: waiting, place {ahead + 1} in the queue ({jobs} ahead of yours)."
     if view["state"] == "running":
         stage = STAGE_NAMES.get(view["stage"], view["stage"] or "starting")
         eta = f", about {duration(view['eta_s'])} left in this stage" if view["eta_s"] is not None else ""
@@ -215,6 +216,7 @@ def on_listen(page: EnrollPage, chunk, session, threshold: float, job_id: str | 
 # ─── the tab ───
 
 def layout(page: EnrollPage) -> SimpleNamespace:
+    """The components: the phrase and the takes on the left, the job and then the listener on the right."""
     ui = SimpleNamespace()
     gr.Markdown(INTRO)
     missing = torch_missing()
@@ -222,40 +224,47 @@ def layout(page: EnrollPage) -> SimpleNamespace:
         gr.Markdown(f"**Cannot enroll on this server:** {missing}", elem_id="enroll_missing")
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
-            ui.phrase = gr.Textbox(label="Wake phrase", placeholder="e.g. hey computer", elem_id="phrase",
-                                   max_lines=1)
-            ui.take_mic = gr.Audio(sources=["microphone"], type="numpy", elem_id="take_mic",
-                                   label=f"Say it ({MIN_TAKES}–{MAX_TAKES} takes, one at a time; optional)")
-            ui.take_note = gr.Markdown("", elem_id="take_note")
-            ui.slots, ui.redo_buttons = [], []
-            for i in range(MAX_TAKES):
-                with gr.Row():
-                    ui.slots.append(gr.Audio(label=f"Take {i + 1}", type="numpy", interactive=False, visible=False,
-                                             elem_id=f"take{i + 1}", scale=4))
-                    ui.redo_buttons.append(gr.Button("Re-record", visible=False, elem_id=f"redo{i + 1}",
-                                                     scale=1, size="sm"))
-            with gr.Row():
-                ui.start = gr.Button("Start", variant="primary", elem_id="enroll_start")
-                ui.cancel = gr.Button("Cancel", visible=False, elem_id="enroll_cancel")
+            takes_column(ui)
         with gr.Column(scale=2, min_width=420):
             ui.note = gr.Markdown("", elem_id="enroll_note")
             ui.status = gr.Markdown("No job yet.", elem_id="enroll_status")
             ui.bar = gr.HTML(bar_html(None), elem_id="enroll_bar")
             with gr.Group(visible=False, elem_id="own_listener") as ui.listener:
-                ui.result = gr.Markdown("", elem_id="enroll_result")
-                ui.mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy", elem_id="own_mic",
-                                  label="Microphone: say your wake word, then a command")
-                ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=0.5, step=0.01, elem_id="own_threshold",
-                                         label="Threshold (wake-word probability to open a command window; "
-                                               "starts at the one enroll chose)")
-                ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="own_scores")
-                ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1],
-                                      x_title="time since start (s)", y_title="probability",
-                                      label=f"Wake word and command scores, last {PLOT_WINDOW_S:g} s",
-                                      elem_id="own_plot")
-                ui.log = gr.Textbox(label="Detections (newest first)", elem_id="own_detections", lines=8,
-                                    max_lines=8, interactive=False)
+                listener(ui)
     return ui
+
+
+def takes_column(ui: SimpleNamespace) -> None:
+    """The phrase, the recorder, MAX_TAKES take slots (hidden until recorded), start and cancel."""
+    ui.phrase = gr.Textbox(label="Wake phrase", placeholder="e.g. hey computer", elem_id="phrase", max_lines=1)
+    ui.take_mic = gr.Audio(sources=["microphone"], type="numpy", elem_id="take_mic",
+                           label=f"Say it ({MIN_TAKES}–{MAX_TAKES} takes, one at a time; optional)")
+    ui.take_note = gr.Markdown("", elem_id="take_note")
+    ui.slots, ui.redo_buttons = [], []
+    for i in range(MAX_TAKES):
+        with gr.Row():
+            ui.slots.append(gr.Audio(label=f"Take {i + 1}", type="numpy", interactive=False, visible=False,
+                                     elem_id=f"take{i + 1}", scale=4))
+            ui.redo_buttons.append(gr.Button("Re-record", visible=False, elem_id=f"redo{i + 1}", scale=1, size="sm"))
+    with gr.Row():
+        ui.start = gr.Button("Start", variant="primary", elem_id="enroll_start")
+        ui.cancel = gr.Button("Cancel", visible=False, elem_id="enroll_cancel")
+
+
+def listener(ui: SimpleNamespace) -> None:
+    """What enroll measured, the file, and the two-stage listener on it."""
+    ui.result = gr.Markdown("", elem_id="enroll_result")
+    ui.mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy", elem_id="own_mic",
+                      label="Microphone: say your wake word, then a command")
+    ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=0.5, step=0.01, elem_id="own_threshold",
+                             label="Threshold (wake-word probability to open a command window; "
+                                   "starts at the one enroll chose)")
+    ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="own_scores")
+    ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1], x_title="time since start (s)",
+                          y_title="probability", label=f"Wake word and command scores, last {PLOT_WINDOW_S:g} s",
+                          elem_id="own_plot")
+    ui.log = gr.Textbox(label="Detections (newest first)", elem_id="own_detections", lines=8, max_lines=8,
+                        interactive=False)
 
 
 def wire(page: EnrollPage, ui: SimpleNamespace, demo: gr.Blocks, stream_every: float, time_limit: float) -> None:

@@ -72,7 +72,8 @@ def main() -> None:
     root = args.jobs or Path(tempfile.mkdtemp(prefix="enroll-page-"))
     m = run(args.phrase, takes, root)
     print(section(args.phrase, takes, m))
-    write_section("enroll_page", "Your own wake word on the demo page: Start to listening", section(args.phrase, takes, m))
+    write_section("enroll_page", "Your own wake word on the demo page: Start to listening",
+                  section(args.phrase, takes, m))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ and one real tiny enroll runs end to end with real recordings as the takes.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -318,4 +319,17 @@ def test_a_real_tiny_enroll_job_makes_a_model_that_names_the_take_of_another_wor
     assert view["result"]["config"]["recordings"] and len(view["result"]["config"]["recordings"]) == 4
     assert set(view["undetected"]) <= {1, 2, 3, 4}
     assert undetected_takes(jobs.model_path(job.id), jobs.folder(job.id) / "takes") == view["undetected"]
+    jobs.close()
+
+
+def test_a_real_job_for_a_phrase_the_engines_cannot_say_fails_with_the_reason(tmp_path):
+    """19 digits pass the text checks, but espeak-ng says them as a number that takes 11 s: the
+    real enroll refuses it at once, and the job says why."""
+    require_enroll()
+    jobs = EnrollJobs(tmp_path / "jobs")
+    view = jobs.wait(jobs.submit("1234567890123456789").id, TINY_TIMEOUT_S)
+    assert view["state"] == "failed", view
+    assert re.fullmatch(r"'1234567890123456789' takes \d+\.\d s to say; a wake phrase takes at most 2\.5 s",
+                        view["message"]), view["message"]
+    assert not (jobs.folder(view["id"]) / "work").exists()
     jobs.close()

@@ -9,7 +9,6 @@ the listening test checks the pipeline, not the model: the new file is what the 
 and at the lowest threshold the page offers, its wake word opens a command window. Without
 Chromium, PyTorch, espeak-ng or the shared data the tests skip with the reason; under CI they fail.
 """
-import os
 import re
 import sys
 import time

@@ -96,7 +96,8 @@ def test_a_real_tiny_enroll_reports_each_stage_and_percent_then_what_it_measured
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stdout.splitlines()]       # stdout: JSON lines only
     stages = [e["stage"] for e in events if e["event"] == "stage"]
-    assert stages == [s for s in progress.STAGES if s in stages] and {"synthesising", "training", "threshold"} <= set(stages)
+    assert stages == [s for s in progress.STAGES if s in stages], f"out of enroll's order: {stages}"
+    assert {"synthesising", "training", "threshold"} <= set(stages), stages
     for stage in stages:
         percents = [e["percent"] for e in events if e["event"] == "progress" and e["stage"] == stage]
         assert percents == sorted(set(percents)), f"{stage}: a percent sent twice or out of order: {percents}"
