@@ -8,6 +8,8 @@
 #   docker run --rm --gpus all -v /path/to/data:/data rotkws-train train --config training/configs/kws12.yaml
 #
 # The browser only lets a page use the microphone on https:// or http://localhost.
+# podman builds it too (`--format docker` keeps the HEALTHCHECK); `make container-check` builds both
+# images with podman on local Debian bases and runs them (benchmarks/container.py).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # Must carry the torch that pyproject.toml pins (torch==2.14.1), or pip replaces it.
