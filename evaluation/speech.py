@@ -1,17 +1,22 @@
 """Real continuous English speech (`english_speech_dev/`), by split: who trains, who sets a
 threshold, who is only ever heard by the benchmark.
 
-    training    speechocean762's own `train` speakers (transcribed) that corpus/splits.py's salted
-                speaker hash puts in its training split (100): negatives for `enroll`
-    validation  VCC2016 (10 speakers, none of speechocean762's) and the other 25 speechocean762
-                `train` speakers: the stream a threshold is chosen on
-    bench       speechocean762's `test` speakers and LJ Speech: the wake-word bench's background
+    training    speechocean762's own `train` speakers (transcribed) and LibriSpeech's
+                `train-clean-100` readers that corpus/splits.py's salted speaker hash puts in its
+                training split (100 and ~180), the Picovoice speech-to-intent requests (50+ people,
+                no speaker ids) and Mycroft's not-wake-word utterances: negatives for `enroll`
+    validation  VCC2016 (10 speakers, none of speechocean762's), the other 25 speechocean762
+                `train` speakers and the other ~45 `train-clean-100` readers: the stream a
+                threshold is chosen on (native read speech as well as L2 speech)
+    bench       speechocean762's `test` speakers, LJ Speech and LibriSpeech's `test-other` readers
+                (10): the wake-word bench's background
 
 The hash is the one the backbone's speech source splits by (training/features.py: speech_splits),
 so no speaker the backbone trained on is heard by a threshold. speechocean762 utterances without a
-transcript are left out (they cannot be screened for the phrase). VCC2016 and LJ Speech have no
-transcripts here: their read news and non-fiction are taken as phrase-free (a phrase in
-validation speech could only raise the threshold).
+transcript are left out (they cannot be screened for the phrase). VCC2016, LJ Speech, LibriSpeech
+and the coffee orders have no transcripts here: their read news, non-fiction, audiobooks and
+drink orders are taken as phrase-free (a phrase in validation speech could only raise the
+threshold). Mycroft's utterances are screened by its metadata.csv.
 """
 import re
 from dataclasses import dataclass
@@ -28,6 +33,10 @@ SPEECH_SPLITS = ("training", "validation", "bench")
 SPEECHOCEAN = "speechocean762"      # SPEAKERnnnn/<utt>.ogg; train/ and test/ hold Kaldi `text`, `utt2spk`
 VCC = "vcc2016"                     # <speaker>/<part>_<utt>.ogg
 LJSPEECH = "ljspeech"               # LJnnn-nnnn.ogg, one speaker
+LIBRISPEECH = "librispeech"         # <part>/<speaker>/<speaker>-<chapter>-<utt>.ogg
+LIBRI_SPLITS = {"train-clean-100": ("training", "validation"), "test-other": ("bench",)}
+S2I = "picovoice_s2i"               # <uuid>.ogg, crowd-sourced coffee orders, no speaker ids
+MYCROFT_OTHER = "mycroft_precise/not-wake-words/en"   # <name>.ogg and metadata.csv (name.wav,text,…)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,30 @@ def speechocean(root: Path, part: str) -> list[Utterance]:
     return out
 
 
+def librispeech(root: Path, part: str) -> list[Utterance]:
+    """LibriSpeech's `part` under the speech folder `root` (no transcripts here), sorted."""
+    return [Utterance(p, f"{LIBRISPEECH}/{p.parent.name}", None)
+            for p in sorted((root / LIBRISPEECH / part).glob("*/*.ogg"))]
+
+
+def mycroft_other(root: Path) -> list[Utterance]:
+    """Mycroft Precise's English not-wake-word utterances with their metadata.csv transcripts."""
+    folder = root / MYCROFT_OTHER
+    table = folder / "metadata.csv"
+    if not table.is_file():
+        return []
+    text = {}
+    for line in table.read_text(encoding="utf-8").splitlines():
+        name, _, rest = line.partition(",")
+        text[Path(name).stem] = rest.split(",")[0].strip().upper()
+    return [Utterance(p, "mycroft/not-wake-words", text.get(p.stem)) for p in sorted(folder.glob("*.ogg"))]
+
+
+def split_of(u: Utterance) -> str:
+    """training or validation for a speaker that either may have (the salted speaker hash)."""
+    return "training" if trains(u) else "validation"
+
+
 def utterances(data: Path, split: str, phrase: str | None = None) -> list[Utterance]:
     """The split's utterances (SPEECH_SPLITS), sorted; with `phrase`, those whose transcript
     holds it (`holds_phrase`) left out. ClipError when the folder or split has none."""
@@ -89,14 +122,19 @@ def utterances(data: Path, split: str, phrase: str | None = None) -> list[Uttera
     root = Path(data) / SPEECH_FOLDER
     if not root.is_dir():
         raise ClipError(f"no continuous speech at {root}")
+    libri = [u for part, splits in LIBRI_SPLITS.items() for u in librispeech(root, part)
+             if split in splits and (len(splits) == 1 or split_of(u) == split)]
     if split == "training":
-        found = [u for u in speechocean(root, "train") if trains(u)]
+        found = [u for u in speechocean(root, "train") if trains(u)] + libri
+        found += [Utterance(p, f"{S2I}/unknown", None) for p in sorted((root / S2I).glob("*.ogg"))]
+        found += mycroft_other(root)
     elif split == "validation":
         found = [Utterance(p, f"{VCC}/{p.parent.name}", None) for p in sorted((root / VCC).glob("*/*.ogg"))]
-        found += [u for u in speechocean(root, "train") if not trains(u)]
+        found += [u for u in speechocean(root, "train") if not trains(u)] + libri
     else:
         found = speechocean(root, "test")
         found += [Utterance(p, f"{LJSPEECH}/LJ", None) for p in sorted((root / LJSPEECH).glob("*.ogg"))]
+        found += libri
     if phrase is not None:
         found = [u for u in found if not holds_phrase(u.text, phrase)]
     if not found:
@@ -104,9 +142,11 @@ def utterances(data: Path, split: str, phrase: str | None = None) -> list[Uttera
     return found
 
 
-SPLIT_SOURCES = {"training": "100 speechocean762 train speakers",
-                 "validation": "VCC2016 and 25 other speechocean762 train speakers",
-                 "bench": "speechocean762 test speakers, LJ Speech"}
+SPLIT_SOURCES = {"training": "100 speechocean762 train speakers, LibriSpeech train-clean-100 readers, "
+                             "Picovoice speech-to-intent, Mycroft not-wake-words",
+                 "validation": "VCC2016, 25 other speechocean762 train speakers, other LibriSpeech "
+                               "train-clean-100 readers",
+                 "bench": "speechocean762 test speakers, LJ Speech, LibriSpeech test-other"}
 BENCH_PHRASES = ("alexa", "snowboy")            # the phrases with real recordings
 
 

@@ -24,9 +24,10 @@ from evaluation import speech as real_speech
 from evaluation import wakestream
 from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from training import enroll as recipe
-from training import tts
+from training import progress, tts
 from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
                              HELD_OUT_RATES, VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
+from training.kokoro import KokoroError
 from training.tts import PhraseError
 
 from .onnx import export_onnx, read_metadata, write_metadata
@@ -87,7 +88,8 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
 
 
 INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
-               "speech_negatives", "tts_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
+               "speech_negatives", "tts_sentences", "kokoro_positives", "kokoro_negatives",
+               "kokoro_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -114,6 +116,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--validation-hours", type=float, default=d.validation_hours,
                    help="hours of validation stream the threshold is chosen on (default: every "
                         "validation utterance once, about 4.1 h)")
+    p.add_argument("--progress", choices=progress.MODES, default="bar",
+                   help="bar: progress bars on stderr; json: one JSON line per stage and per percent "
+                        "on stdout, then a `done` or `error` line (training/progress.py); none")
     return p.parse_args(argv)
 
 
@@ -124,7 +129,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     trained = fit(phrase, checkpoint, data, cfg, say)
     meta, items = trained.meta, trained.items
     export_onnx(trained.net, output, meta=meta, clips=[a for a in items.positives[:4]])
-    chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
+    with progress.stage("threshold"):
+        chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
@@ -141,13 +147,16 @@ def main(argv: list[str] | None = None) -> int:
                        negative_weight=args.negative_weight,
                        peak_weight=args.peak_weight, recordings=tuple(args.recordings))
     torch.set_num_threads(cfg.threads)
+    progress.configure(args.progress)
     try:
         phrase = tts.check_phrase(args.phrase)
         data = Path(args.data).resolve() if args.data else default_data_root()
         report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg)
-    except (PhraseError, ClipError, ValueError) as e:
+    except (PhraseError, ClipError, KokoroError, ValueError) as e:
         print(f"rotkws enroll: {e}", file=sys.stderr)
+        progress.emit("error", message=str(e))
         return 1
+    progress.emit("done", output=str(args.output), phrase=phrase, **report)
     print(f"wrote {args.output}: labels [{phrase!r}, {OTHER!r}], threshold {report['threshold']}: "
           f"{report['validation_stream_false_accepts']} false accepts in "
           f"{report['validation_stream_hours']:.1f} h of validation speech (expect ≤ "
@@ -156,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['validation_speech_firing']:.2%}, real words "
           f"{report['validation_real_negatives_firing']:.2%}, synthetic words "
           f"{report['validation_synthetic_negatives_firing']:.2%}; "
-          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s")
+          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s",
+          file=sys.stderr if args.progress == "json" else sys.stdout)
     return 0
 
 

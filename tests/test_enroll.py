@@ -17,7 +17,9 @@ from export import enroll as command
 from export.onnx import read_metadata
 from model.logmel import PIXEL_SLOPE
 from training import enroll, tts
+from training.kokoro import CACHE_ENV
 from training.tts import PhraseError
+from test_kokoro import require_kokoro
 
 
 def require_espeak() -> None:
@@ -186,15 +188,22 @@ TINY_PHRASE = "hey computer"
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> KeywordModel:
-    """`rotkws enroll "hey computer"` with a few dozen clips and three training steps."""
+    """`rotkws enroll "hey computer"` with a few dozen clips (Kokoro's among them) and three
+    training steps."""
     require_espeak()
+    require_kokoro()
     data = require(data_root())
     require(enroll.DEFAULT_CHECKPOINT)
     out = tmp_path_factory.mktemp("enroll") / "hey computer.onnx"
     argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
             "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--speech-negatives", "12",
-            "--tts-sentences", "3", "--max-steps", "3", "--validation-hours", "0.05"]
-    assert command.main(argv) == 0
+            "--tts-sentences", "3", "--kokoro-positives", "6", "--kokoro-negatives", "4",
+            "--kokoro-sentences", "1", "--max-steps", "3", "--validation-hours", "0.05"]
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("kokoro_cache"))
+    try:
+        assert command.main(argv) == 0
+    finally:
+        os.environ.pop(CACHE_ENV, None)
     return KeywordModel(out)
 
 
@@ -204,6 +213,8 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     assert model.labels == (TINY_PHRASE, OTHER) and model.keywords == (TINY_PHRASE,)
     assert model.streaming and enroll.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= enroll.MAX_THRESHOLD
     stored = json.loads(read_metadata(model.path)["enroll"])
+    sources = json.loads(read_metadata(model.path)["training_data"])
+    assert sources["positives"]["kokoro"] == 6 and sum(sources["positives"].values()) >= 6 + 12   # every engine
     assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
     assert model.meta["detection"] == {"threshold": stored["threshold"]} | enroll.WAKE_RULE   # and the rule
     assert 0.05 <= stored["validation_stream_hours"] < 0.06

@@ -124,16 +124,23 @@ def data():
 def test_the_speech_splits_have_no_speaker_in_common(data):
     found = {split: speech.utterances(data, split) for split in speech.SPEECH_SPLITS}
     speakers = {split: {u.speaker for u in us} for split, us in found.items()}
-    assert len(speakers["training"]) == 100 and len(speakers["validation"]) == 10 + 25   # VCC2016 + speechocean762
-    assert len(speakers["bench"]) == 126                                   # 125 + LJ Speech
+    corpus = lambda split, name: {s for s in speakers[split] if s.startswith(name + "/")}
+    assert len(corpus("training", speech.SPEECHOCEAN)) == 100 and len(corpus("validation", speech.SPEECHOCEAN)) == 25
+    assert len(corpus("validation", speech.VCC)) == 10
+    assert len(corpus("bench", speech.SPEECHOCEAN)) == 125 and len(corpus("bench", speech.LJSPEECH)) == 1
+    libri = {split: corpus(split, speech.LIBRISPEECH) for split in speech.SPEECH_SPLITS}
+    assert len(libri["training"]) + len(libri["validation"]) == 223 and len(libri["bench"]) == 10   # read by
+    assert len(libri["validation"]) >= 30                  # native readers, in the threshold's stream too
+    assert any(u.speaker.startswith(speech.S2I) for u in found["training"])
     assert not speakers["training"] & speakers["bench"]
     assert not speakers["validation"] & (speakers["training"] | speakers["bench"])
-    assert all(u.text for u in found["training"])                          # screened: transcribed
+    hashed = lambda split: [u for u in found[split] if u.speaker.startswith((speech.SPEECHOCEAN, speech.LIBRISPEECH))]
+    assert all(u.text for u in found["training"] if u.speaker.startswith(speech.SPEECHOCEAN))   # screened
     held = [u for u in found["validation"] if u.speaker.startswith(speech.SPEECHOCEAN)]
     assert held and all(u.text for u in held)
-    # the validation's speechocean762 speakers are the ones the backbone's hash never trains on
-    assert {speaker_split(speech.clip_speaker(u)) for u in held} == {"validation", "testing"}
-    assert {speaker_split(speech.clip_speaker(u)) for u in found["training"]} == {"training"}
+    # the validation's hashed speakers are the ones the backbone's hash never trains on
+    assert {speaker_split(speech.clip_speaker(u)) for u in hashed("validation")} == {"validation", "testing"}
+    assert {speaker_split(speech.clip_speaker(u)) for u in hashed("training")} == {"training"}
 
 
 @pytest.mark.parametrize("split", ["training", "validation"])

@@ -47,7 +47,6 @@ import soundfile as sf
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm import tqdm
 
 from app.detection import moving_average
 from corpus.clips import ClipError, read_audio, speaker_of
@@ -64,11 +63,13 @@ from training.module import optimizer, schedule
 from training.paths import REPO
 from training.streams import HOP_FRAMES, IGNORE   # frames per hop; frame targets that are not scored
 
-from . import tts
+from . import progress, tts
 from .tts import SAMPLE_RATE, PhraseError
 
 DEFAULT_CHECKPOINT = REPO / "training" / "checkpoints" / "kws12.ckpt"
 NEGATIVE_WAKEWORDS = ("alexa",)                   # the even-numbered ones; never "snowboy"
+OTHER_WAKEWORDS = "mycroft_precise/{}/en"         # under the speech folder: Mycroft's wake words …
+OTHER_WAKEWORD_NAMES = ("athena", "amelia", "heychatterbox")   # … recorded by its contributors
 NEGATIVE_WORDS = (                                # synthetic negatives beside the phrase's pieces
     "hello hey okay yes no stop go up down left right on off one two three four five six seven "
     "eight nine zero music play pause next weather light lamp window door house phone call time "
@@ -121,11 +122,14 @@ WAKE_RULE = {"smoothing": WAKE_SMOOTHING_HOPS, "min_hops": WAKE_MIN_HOPS}
 
 @dataclass
 class EnrollConfig:
-    positives: int = 2000        # synthetic clips of the phrase
-    tts_negatives: int = 1500    # synthetic clips of other words and pieces of the phrase
+    positives: int = 1000        # synthetic clips of the phrase by espeak-ng, flite and festival
+    tts_negatives: int = 1000    # synthetic clips of other words and pieces of the phrase
     images: int = 6000           # Speech Commands log-mel images (other words, noise slices)
     speech_negatives: int = 3000 # windows of real continuous speech
     tts_sentences: int = 300     # synthetic sentences (the engines reading training transcripts)
+    kokoro_positives: int = 400  # the phrase in Kokoro's voices (training/kokoro.py), beside `positives`
+    kokoro_negatives: int = 200  # other words and pieces of the phrase in Kokoro's voices
+    kokoro_sentences: int = 40   # training transcripts read by Kokoro (its voices in running speech)
     wav_negatives: int = 800     # real recordings of other words (WAV / FLAC)
     noise_negatives: int = 300   # examples of noise alone
     epochs: int = 6
@@ -170,7 +174,9 @@ def real_negatives(data: Path, phrase: str, n: int, rng) -> list[np.ndarray]:
               if not same_word(p.parent.name, phrase) and speaker_of(p.name) not in test_speakers]
     wake = [p for w in NEGATIVE_WAKEWORDS if not same_word(w, phrase)
             for p in sorted((data / WAKEWORD_FOLDER / w).glob("*")) if wakeword_training(p)]
-    paths = sample + wake
+    mycroft = [p for w in OTHER_WAKEWORD_NAMES if not same_word(w, phrase)
+               for p in sorted((data / real_speech.SPEECH_FOLDER / OTHER_WAKEWORDS.format(w)).glob("*.ogg"))]
+    paths = sample + wake + mycroft
     out = []
     for i in rng.permutation(len(paths))[:n]:
         try:
@@ -224,41 +230,77 @@ def read_recordings(paths) -> tuple[list[np.ndarray], list[str]]:
     return audio, skipped
 
 
-def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize) -> Items:
-    """Synthesise the phrase and the synthetic negatives; read the real negatives."""
+def kokoro_engine(cfg: EnrollConfig, engine=None):
+    """The Kokoro engine when cfg asks for Kokoro clips (`engine`, or training/kokoro.py's), else None."""
+    if not (cfg.kokoro_positives or cfg.kokoro_negatives or cfg.kokoro_sentences):
+        return None
+    from training.kokoro import Kokoro
+    return engine or Kokoro()
+
+
+def kokoro_clips(phrase: str, others: list[str], parts: list[str], cfg: EnrollConfig, bar,
+                 engine) -> tuple[tts.Synthesis, tts.Synthesis]:
+    """(the phrase, other words and pieces of it) in Kokoro's voices, as cfg asks."""
+    if engine is None:
+        return tts.Synthesis([], {}), tts.Synthesis([], {})
+    pos = tts.say_kokoro(phrase, cfg.kokoro_positives, bar.update, engine)
+    rng = np.random.default_rng(cfg.seed)
+    neg = tts.kokoro_random(others + parts * 3, cfg.kokoro_negatives, rng, bar.update, engine)
+    return pos, neg
+
+
+def merged(*said: tts.Synthesis) -> tts.Synthesis:
+    engines = {}
+    for s in said:
+        for e, k in s.engines.items():
+            engines[e] = engines.get(e, 0) + k
+    return tts.Synthesis([a for s in said for a in s.clips], engines)
+
+
+def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize, kokoro=None) -> Items:
+    """Synthesise the phrase and the synthetic negatives; read the real negatives. `kokoro`: the
+    Kokoro engine (default: training/kokoro.py's, made when cfg asks for Kokoro clips)."""
     recorded, unreadable = read_recordings(cfg.recordings)          # first: a bad list fails at once
     for line in unreadable:
         print(f"enroll: left out {line}", file=sys.stderr)
     others = [w for w in NEGATIVE_WORDS if not same_word(w, phrase)]
     parts = tts.phrase_parts(phrase)
     n_parts = round(PART_SHARE * cfg.tts_negatives) if parts else 0
-    with tqdm(total=cfg.positives + cfg.tts_negatives, desc="synthesising", unit="clip",
-              file=sys.stderr) as bar:
-        pos = say(phrase, cfg.positives, rng, bar.update)
+    total = cfg.positives + cfg.tts_negatives + cfg.kokoro_positives + cfg.kokoro_negatives
+    kokoro = kokoro_engine(cfg, kokoro)
+    with progress.bar(total=total, desc="synthesising", unit="clip") as bar:
+        k_pos, k_neg = kokoro_clips(phrase, others, parts, cfg, bar, kokoro)
+        pos = merged(say(phrase, cfg.positives, rng, bar.update), k_pos)
         neg = say(others, cfg.tts_negatives - n_parts, rng, bar.update)
         part = say(parts, n_parts, rng, bar.update) if n_parts else tts.Synthesis([], {})
-    if len(pos.clips) < max(1, cfg.positives // 2):
+    asked = cfg.positives + cfg.kokoro_positives
+    if len(pos.clips) < max(1, asked // 2):
         raise PhraseError(f"the text-to-speech engines said {phrase!r} audibly only "
-                          f"{len(pos.clips)} times out of {cfg.positives}")
+                          f"{len(pos.clips)} times out of {asked}")
     real = real_negatives(data, phrase, cfg.wav_negatives, rng)
     images = image_negatives(data, phrase, cfg.images, rng)
     speech, texts = (speech_negatives(data, phrase, UTTERANCES_PER_WINDOW * cfg.speech_negatives, rng)
                      if cfg.speech_negatives else ([], []))
     sentences = tts.Synthesis([], {})
-    if cfg.tts_sentences and texts:
-        with tqdm(total=cfg.tts_sentences, desc="sentences", unit="clip", file=sys.stderr) as bar:
-            sentences = say([t.lower() for t in texts], cfg.tts_sentences, rng, bar.update)
+    if (cfg.tts_sentences or cfg.kokoro_sentences) and texts:
+        lower = [t.lower() for t in texts if t]          # what has a transcript
+        with progress.bar(total=cfg.tts_sentences + cfg.kokoro_sentences, desc="sentences", unit="clip") as bar:
+            sentences = say(lower, cfg.tts_sentences, rng, bar.update)
+            if cfg.kokoro_sentences:
+                sentences = merged(sentences, tts.kokoro_random(lower, cfg.kokoro_sentences, rng, bar.update,
+                                                                kokoro))
     sources = {"positives": pos.engines | ({"recordings": len(recorded)} if recorded else {})
                              | ({"recordings_unreadable": len(unreadable)} if unreadable else {}),
-               "synthetic_negatives": len(neg.clips) + len(part.clips),
+               "synthetic_negatives": len(neg.clips) + len(part.clips) + len(k_neg.clips),
                "phrase_pieces": parts, "real_recordings": len(real), "images": len(images),
                "speech_utterances": len(speech), "synthetic_sentences": len(sentences.clips),
                "speech_examples": cfg.speech_negatives if speech else 0,
                "noise_examples": cfg.noise_negatives,
                "folders": [IMAGE_TRAIN_ZIP, SAMPLE_FOLDER, *(f"{WAKEWORD_FOLDER}/{w} (even-numbered)"
                                                        for w in NEGATIVE_WAKEWORDS), NOISE_FOLDER,
+                           *(f"{real_speech.SPEECH_FOLDER}/{OTHER_WAKEWORDS.format(w)}" for w in OTHER_WAKEWORD_NAMES),
                            f"{real_speech.SPEECH_FOLDER} ({real_speech.SPLIT_SOURCES['training']})"]}
-    return Items(pos.clips + recorded, neg.clips + part.clips, real, speech + sentences.clips, images,
+    return Items(pos.clips + recorded, neg.clips + part.clips + k_neg.clips, real, speech + sentences.clips, images,
                  noise_audio(data), sources)
 
 
@@ -389,10 +431,10 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
     frames, warm = int(EXAMPLE_S * FRAME_RATE), int(WARMUP_S * FRAME_RATE)
     render = Renderer(items.noise)
     to_pix = lambda audio, synthetic: render.pixels(np.pad(vary(audio, rng, synthetic), (800, 800)))
-    pos = [to_pix(a, True) for a in tqdm(items.positives, desc="rendering", unit="clip", file=sys.stderr)]
+    pos = [to_pix(a, True) for a in progress.bar(items.positives, desc="rendering", unit="clip")]
     neg = ([to_pix(a, True) for a in items.synthetic] + [to_pix(a, False) for a in items.real]
            + [im.astype(np.float32) for im in items.images])
-    speech = [to_pix(a, False) for a in tqdm(items.speech, desc="speech", unit="utterance", file=sys.stderr)]
+    speech = [to_pix(a, False) for a in progress.bar(items.speech, desc="speech", unit="utterance")]
     n_noise = items.sources["noise_examples"]
     contexts = list(neg)
     neg += [np.zeros((frames, N_MELS), np.float32)] * n_noise
@@ -457,7 +499,7 @@ def frame_logits(net: RotRNNClassifier, h: Tensor, trained: int = 1) -> Tensor:
 def features(net: RotRNNClassifier, x: np.ndarray, batch: int, trained: int = 1) -> Tensor:
     out = [torch.zeros(0, x.shape[1], net.cfg.d_model, dtype=torch.half)]
     with torch.no_grad():
-        for i in tqdm(range(0, len(x), batch), desc="backbone", unit="batch", file=sys.stderr):
+        for i in progress.bar(range(0, len(x), batch), desc="backbone", unit="batch"):
             out.append(lower(net, torch.from_numpy(x[i:i + batch]).float(), trained).half())
     return torch.cat(out)
 
@@ -508,7 +550,7 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
     net.train()
     hard = np.zeros(len(h), bool) if hard is None else np.asarray(hard, bool)
     losses, epoch = [], 0
-    with tqdm(total=steps, desc="training", unit="step", file=sys.stderr) as bar:
+    with progress.bar(total=steps, desc="training", unit="step") as bar:
         while len(losses) < steps:
             order = draws(net, h, hard, epoch, g, cfg.blocks)
             epoch += 1

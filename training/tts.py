@@ -8,7 +8,10 @@ festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts`):
   with any of ~100 variants (+m3, +f2, +croak, …), rate, pitch, amplitude and word gap drawn at
   random; other languages' voices read the English text with their accent;
 - flite: its built-in voices (kal, awb, rms, slt), duration stretch and pitch drawn at random;
-- festival: every installed voice, one process per voice for a batch of duration stretches.
+- festival: every installed voice, one process per voice for a batch of duration stretches;
+- Kokoro-82M, a neural many-voice model (training/kokoro.py; the `train` extra): its 28 English
+  voices and blends of them, the phrase alone and after a word ("okay, alexa"), cached per phrase
+  and speaker (`say_kokoro`, `kokoro_random`).
 
 `synthesize(text, n, rng)` returns n clips, (samples,) float32 @ 16 kHz, peak-normalised; the
 caller adds rooms and noise (training/enroll.py). `check_phrase` rejects what cannot be said.
@@ -41,6 +44,10 @@ STRETCH = (0.8, 1.3)             # flite/festival duration stretch (1: the voice
 FLITE_PITCH = (80, 200)          # Hz, flite's int_f0_target_mean
 ENGINE_SHARE = {"espeak-ng": 0.4, "flite": 0.35, "festival": 0.25}   # of the clips, when installed
 SUBPROCESS_TIMEOUT_S = 60
+KOKORO_FORMS = ("{}.", "{}!", "{}?", "{},", "{}", "okay, {}.", "so {}.", "um, {}!", "hey {}?")  # the
+                                 # i-th Kokoro clip of a phrase says form i mod len: how it ends, a word before
+KOKORO_NEGATIVE_SPEAKERS = 8     # a negative text is said by one of its first this many speakers
+                                 # (cached: the next enroll hears the same ones for free)
 
 
 class PhraseError(ValueError):
@@ -249,3 +256,36 @@ def phrase_parts(phrase: str) -> list[str]:
         for cut in syllable_splits(w):
             parts += [w[:cut], w[cut:]]
     return [p for p in dict.fromkeys(parts) if len(p) > 1 and p.lower() != phrase.lower()]
+
+
+# -- Kokoro ---------------------------------------------------------------------------------------
+def say_kokoro(phrase: str, n: int, progress=None, engine=None) -> Synthesis:
+    """n clips of `phrase` by Kokoro: clip i is speaker i (training/kokoro.py: the same speakers
+    for the same phrase on every call, so a second enroll reads them from the cache) saying form
+    i of KOKORO_FORMS. Clips that come out silent are dropped."""
+    from . import kokoro
+    engine = engine or kokoro.Kokoro()
+    clips = []
+    for i in range(n):
+        text = KOKORO_FORMS[i % len(KOKORO_FORMS)].format(phrase)
+        clips.append(engine.say(text, kokoro.speaker(text, i // len(KOKORO_FORMS), tuple(engine.table))))
+        progress and progress(1)
+    kept = [normalise(a) for a in clips if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
+    return Synthesis(kept, {"kokoro": len(kept)})
+
+
+def kokoro_random(texts, n: int, rng, progress=None, engine=None) -> Synthesis:
+    """n clips of `texts` by Kokoro, each text drawn at random (`rng`) and said by one of its
+    first KOKORO_NEGATIVE_SPEAKERS speakers."""
+    from . import kokoro
+    engine = engine or kokoro.Kokoro()
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    clips = []
+    for _ in range(n):
+        text = texts[int(rng.integers(len(texts)))]
+        who = kokoro.speaker(text, int(rng.integers(KOKORO_NEGATIVE_SPEAKERS)), tuple(engine.table))
+        clips.append(engine.say(text, who))
+        progress and progress(1)
+    kept = [normalise(a) for a in clips if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
+    return Synthesis(kept, {"kokoro": len(kept)})
+
