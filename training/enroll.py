@@ -2,13 +2,16 @@
 (or with recordings of it beside the text, `--recordings`).
 
 1. The phrase is checked (training/tts.py: not empty, something to say, short) and spoken by
-   espeak-ng, flite and festival in many voices, rates, pitches and volumes (the positives),
-   with the same engines saying other words and pieces of the phrase ("snow", "boy").
-2. Real negatives: continuous read speech (the training speakers of evaluation/speech.py:
-   speechocean762's `train` list as the backbone's speaker hash splits it, every utterance whose
-   transcript holds the phrase or one of its words left out), Speech Commands words (the log-mel
-   image corpus, and the v0.01 sample WAVs of speakers not in the test folder), the
-   even-numbered `alexa` recordings of the wake-word folder, and background noise; synthetic sentences (the engines reading those
+   Kokoro-82M (training/kokoro.py: stock and blended neural voices, both accents, alone and after a
+   word, cached per phrase and speaker) and by espeak-ng, flite and festival in many voices, rates,
+   pitches and volumes (the positives), with the same engines saying other words and pieces of the
+   phrase ("snow", "boy").
+2. Real negatives: continuous speech (the training split of evaluation/speech.py: speechocean762
+   and LibriSpeech speakers as the backbone's speaker hash splits them, Picovoice's coffee orders,
+   Mycroft's utterances; every utterance whose transcript holds the phrase or one of its words left
+   out), Speech Commands words (the log-mel image corpus, and the v0.01 sample WAVs of speakers not
+   in the test folder), the even-numbered `alexa` recordings, Mycroft's other wake words, and
+   background noise; synthetic sentences (the engines, Kokoro among them, reading those
    transcripts) beside them. Never a recording of the phrase, never the odd-numbered wake-word
    recordings nor the bench's or the validation stream's speakers, never the Speech Commands
    test folder. Synthetic clips go through the Opus codec as often as not, as the real speech
