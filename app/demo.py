@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from app import demo_enroll
-from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession,
+from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession, WakeSession,
                                new_session, wake_series)
 from app.detect import keyword_list
 from app.enroll_jobs import EnrollJobs
@@ -76,7 +76,7 @@ def configured(model: Served, session, threshold: float | None, gain_db: float, 
     """The visitor's session (a new one on the first event) with the controls' values; no keyword
     ticked → a warning (once, not at every piece), and the ones listened for before stay."""
     threshold = slider_threshold(model, threshold)
-    session = session or new_session(model, threshold)
+    session = session if runs_on(session, model) else new_session(model, threshold)
     try:
         session.configure(threshold, gain_db, keywords)
     except ValueError as e:
@@ -84,6 +84,13 @@ def configured(model: Served, session, threshold: float | None, gain_db: float, 
             warn(session, e)
         session.configure(threshold, gain_db)
     return session
+
+
+def runs_on(session: DemoSession | None, model: Served) -> bool:
+    """Whether the visitor's session runs `model` (the page's, or the visitor's own wake word)."""
+    if session is None:
+        return False
+    return session.assistant is model if isinstance(session, WakeSession) else session.model is model
 
 
 def on_chunk(model: Served, chunk, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
@@ -115,7 +122,7 @@ def warn(session: DemoSession, error: Exception) -> None:
 
 
 def on_clear(model: Served, session, threshold: float | None, gain_db: float, keywords=None) -> tuple:
-    session = session or new_session(model, slider_threshold(model, threshold))
+    session = session if runs_on(session, model) else new_session(model, slider_threshold(model, threshold))
     session.clear()
     session.log.clear()
     session.timings.clear()
@@ -137,13 +144,16 @@ def build_demo(model: Served | None = None, jobs: EnrollJobs | None = None) -> g
     model = model if model is not None else KeywordModel()
     with gr.Blocks(title="rotkws demo", analytics_enabled=False, delete_cache=CACHE_SWEEP) as demo:
         session = gr.State(None, time_to_live=SESSION_TTL_S)     # the visitor's DemoSession
-        with gr.Tabs():
-            with gr.Tab("Listen", id="listen", elem_id="tab_listen"):
+        with gr.Tabs() as tabs:
+            with gr.Tab("Listen", id=demo_enroll.LISTEN_TAB, elem_id="tab_listen"):
+                own = demo_enroll.own_toggle() if jobs is not None else None
                 ui = layout(model)
+            if jobs is None:
                 wire(model, session, ui)
-            if jobs is not None:
-                with gr.Tab("Your own wake word", id="enroll", elem_id="tab_enroll"):
-                    demo_enroll.build_tab(jobs, demo, STREAM_EVERY_S, STREAM_TIME_LIMIT_S)
+            else:
+                with gr.Tab("Your own wake word", id="enroll", elem_id="tab_enroll") as tab:
+                    page = demo_enroll.build_tab(jobs, tab, model, tabs, own, ui)
+                wire(model, session, ui, ([page.job, own], page.served))
     return demo
 
 
@@ -222,18 +232,27 @@ def plot_colors(model: Served) -> dict[str, str]:
     return wake | commands | {WINDOW_SERIES: WINDOW_COLOR}
 
 
-def wire(model: Served, session: gr.State, ui: SimpleNamespace) -> None:
-    """The events: every handler gets the shared model, the visitor's session and the controls."""
-    bind = lambda fn: lambda *args: fn(model, *args)   # noqa: E731
+def wire(model: Served, session: gr.State, ui: SimpleNamespace, own: tuple = ((), lambda: None)) -> None:
+    """The events: every handler gets the model it runs for this visitor, their session and the
+    controls. own = (components, pick): pick(*their values) is the visitor's own wake word and
+    the command stage (an Assistant: app/demo_enroll.py), or None for the page's shared model."""
+    extra, pick = list(own[0]), own[1]
+
+    def bind(fn):
+        def handler(*args):
+            split = len(args) - len(extra)
+            return fn(pick(*args[split:]) or model, *args[:split])
+        return handler
+
     inputs = [session, ui.threshold, ui.gain, ui.keywords]
     outputs = [ui.scores, ui.plot, ui.log, ui.latency, session]
-    ui.mic.stream(bind(on_chunk), [ui.mic, *inputs], outputs, api_name="stream",
+    ui.mic.stream(bind(on_chunk), [ui.mic, *inputs, *extra], outputs, api_name="stream",
                   stream_every=STREAM_EVERY_S, time_limit=STREAM_TIME_LIMIT_S,
                   concurrency_limit=MAX_LISTENERS, show_progress="hidden")
     ui.mic.stop_recording(on_stop, [session], None, api_visibility="private")
-    ui.upload.upload(bind(on_file), [ui.upload, *inputs], outputs, api_name="file",
+    ui.upload.upload(bind(on_file), [ui.upload, *inputs, *extra], outputs, api_name="file",
                      concurrency_limit=FILE_WORKERS)
-    ui.clear.click(bind(on_clear), inputs, outputs, api_name="clear")
+    ui.clear.click(bind(on_clear), [*inputs, *extra], outputs, api_name="clear")
 
 
 def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR, model_path: Path | None = None,

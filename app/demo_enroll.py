@@ -1,26 +1,26 @@
 """The demo page's tab "Your own wake word": type a phrase, say it a few times, start; the job
 runs as `rotkws enroll` in its own process (app/enroll_jobs.py), the page shows its stage, bar and
-estimate from enroll's own counters, then listens for the new wake word with the bundled command
-stage, and offers the file.
+estimate from enroll's own counters; when it is done the page switches to its Listen tab, which
+then runs the visitor's new wake word with the bundled command stage, and offers the file.
 
 The visitor's job id is kept in the browser (gr.BrowserState: localStorage), so a reload finds
-the job again; the page asks the server for its state every POLL_S.
+the job again; the page asks the server for its state every POLL_S. The Listen tab's microphone
+serves both (one streaming microphone per page: Gradio 6.31's second one fails to record).
 """
 import html
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
-import pandas as pd
 
-from app.demo_session import PLOT_WINDOW_S, Assistant, WakeSession
+from app.demo_session import Assistant
 from app.enroll_jobs import EnrollJobs, JobError, check_text, torch_missing
 from app.spotter import COMMAND_MODEL, KeywordModel
 from app.takes import MAX_TAKES, MIN_TAKES, SAMPLE_RATE, TakeError, check_take
 
 POLL_S = 1.0                 # the page asks for its job's state this often
-THRESHOLD_RANGE = (0.01, 0.99)   # the new wake word's threshold slider; it starts at the stored one
+ARRIVAL_S = 5.0              # … and first this long after it loaded, to find the visitor's job
+LISTEN_TAB = "listen"        # the page's tab with the microphone
 STAGE_NAMES = {"synthesising": "synthesising the phrase", "sentences": "synthesising sentences",
                "rendering": "rendering the examples", "speech": "rendering real speech",
                "backbone": "running the frozen backbone", "training": "training",
@@ -30,20 +30,25 @@ JOB_KEY = "rotkws-enroll-job"    # the browser's localStorage key for the visito
 INTRO = f"""## Your own wake word
 Type the phrase, say it {MIN_TAKES}–{MAX_TAKES} times into the microphone (optional: without takes
 the model learns from synthetic speech alone) and press **Start**. The model trains on this
-server in its own process, one job at a time; when it is done this tab listens for it, followed by a
-command, and offers the file."""
+server in its own process, one job at a time; when it is done the **Listen** tab listens for it,
+followed by a command, and this tab offers the file."""
 
 
-@dataclass(frozen=True)
 class EnrollPage:
-    """What the tab shares between visitors: the jobs and the command model."""
-    jobs: EnrollJobs
-    commands: KeywordModel
+    """What the tab shares between visitors: the jobs, the command model, the page's own model
+    (`shared`) and the component holding each visitor's job id (`job`, set by `wire`)."""
 
-    def assistant(self, job_id: str) -> Assistant | None:
+    def __init__(self, jobs: EnrollJobs, commands: KeywordModel, shared=None):
+        self.jobs, self.commands, self.shared, self.job = jobs, commands, shared, None
+
+    def assistant(self, job_id: str | None) -> Assistant | None:
         """The new wake word and the command stage, or None while the job has no model."""
-        path = self.jobs.model_path(job_id)
+        path = self.jobs.model_path(job_id or "")
         return None if path is None else cached_assistant(str(path), self.commands)
+
+    def served(self, job_id: str | None, use_own: bool) -> Assistant | None:
+        """What the Listen tab runs for the visitor: their wake word when they chose it, else None."""
+        return self.assistant(job_id) if use_own else None
 
 
 _assistants: dict[str, Assistant] = {}
@@ -98,7 +103,13 @@ def on_redo(index: int):
 # ─── the job ───
 
 def on_start(page: EnrollPage, phrase: str, takes: list | None, job_id: str | None) -> tuple:
-    """Start a job (outputs: job id, message). The phrase and takes stay on the page either way."""
+    """Start a job (outputs: job id, message, the poll timer). The phrase and takes stay on the
+    page either way."""
+    job_id, said = start_job(page, phrase, takes, job_id)
+    return job_id, said, gr.Timer(active=page.jobs.view(job_id) is not None)
+
+
+def start_job(page: EnrollPage, phrase: str, takes: list | None, job_id: str | None) -> tuple[str | None, str]:
     takes = list(takes or [])
     missing = torch_missing()
     if missing:
@@ -122,20 +133,67 @@ def on_cancel(page: EnrollPage, job_id: str | None) -> str:
 
 
 def on_poll(page: EnrollPage, job_id: str | None, armed: str | None) -> tuple:
-    """The job's state: outputs status, bar, cancel button, result, listener group, threshold and
-    `armed` (the job whose listener was set up: its threshold slider is set once, then the
-    visitor's)."""
+    """The job's state: outputs status, bar, cancel button, result, `armed` (the finished job the
+    Listen tab was switched to, once), the poll timer (running while the job is), then the Listen
+    tab's switch: tabs, own toggle, threshold, plot."""
     view = page.jobs.view(job_id)
+    listening = view is not None and view["state"] == "done"
+    switch = listen_with(page, job_id, view["phrase"]) if listening and armed != job_id else (
+        listen_without(page) if not listening and armed else (gr.skip(),) * 4)
     if view is None:
-        return ("No job yet.", bar_html(None), gr.update(visible=False), "", gr.update(visible=False),
-                gr.skip(), None)
+        return ("No job yet.", bar_html(None), gr.update(visible=False), "", None, gr.Timer(active=False), *switch)
     going = view["state"] in ("queued", "running")
-    listening = view["state"] == "done"
-    threshold = gr.skip()
-    if listening and armed != job_id:
-        threshold = gr.update(value=page.assistant(job_id).wake.meta["detection"]["threshold"])
     return (status_text(view), bar_html(view), gr.update(visible=going), result_text(view) if listening else "",
-            gr.update(visible=listening), threshold, job_id if listening else None)
+            job_id if listening else None, gr.Timer(active=going), *switch)
+
+
+def on_load(page: EnrollPage, job_id: str | None) -> tuple:
+    """A visitor arrives (or reloads) or opens this tab: their job's line and bar, the poll timer
+    started while there is a job to follow or a finished one to switch to, the arrival timer
+    stopped. Not at page load: an event then delays the loading of the Listen tab's recorder, and
+    a Record pressed before it is there records nothing (Gradio 6.31)."""
+    view, once = page.jobs.view(job_id), gr.Timer(active=False)
+    if view is None:
+        return "No job yet.", bar_html(None), gr.update(visible=False), gr.Timer(active=False), once
+    going = view["state"] in ("queued", "running")
+    return (status_text(view), bar_html(view), gr.update(visible=going),
+            gr.Timer(active=going or view["state"] == "done"), once)
+
+
+def listen_with(page: EnrollPage, job_id: str, phrase: str) -> tuple:
+    """The Listen tab selected, running the visitor's wake word: its toggle ticked and shown, the
+    threshold slider at the threshold enroll stored, the plot's colours for its series."""
+    from app.demo import plot_colors, slider_start
+    assistant = page.assistant(job_id)
+    toggle = gr.update(value=True, visible=True, label=own_label(phrase))
+    return (gr.Tabs(selected=LISTEN_TAB), toggle, gr.update(value=slider_start(assistant)[0]),
+            gr.update(color_map=plot_colors(assistant)))
+
+
+def listen_without(page: EnrollPage) -> tuple:
+    """The Listen tab back on the page's own model (the visitor's job is gone or not done)."""
+    return (gr.skip(), gr.update(value=False, visible=False), *shared_controls(page))
+
+
+def shared_controls(page: EnrollPage) -> tuple:
+    from app.demo import plot_colors, slider_start
+    return gr.update(value=slider_start(page.shared)[0]), gr.update(color_map=plot_colors(page.shared))
+
+
+def on_toggle(page: EnrollPage, job_id: str | None, use_own: bool) -> tuple:
+    """The visitor ticked or unticked their wake word: the threshold slider and the plot follow."""
+    from app.demo import plot_colors, slider_start
+    runs = page.served(job_id, use_own) or page.shared
+    return gr.update(value=slider_start(runs)[0]), gr.update(color_map=plot_colors(runs))
+
+
+def own_label(phrase: str) -> str:
+    return f"Listen for your wake word \u201c{phrase}\u201d, then a command (untick: the page's own model)"
+
+
+def own_toggle() -> gr.Checkbox:
+    """The Listen tab's switch to the visitor's own wake word, shown once they have one."""
+    return gr.Checkbox(False, visible=False, label=own_label(""), elem_id="use_own")
 
 
 def status_text(view: dict) -> str:
@@ -195,24 +253,6 @@ def duration(seconds: float) -> str:
     return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
-# ─── listening for the new wake word ───
-
-def on_listen(page: EnrollPage, chunk, session, threshold: float, job_id: str | None) -> tuple:
-    """A microphone piece through the visitor's two-stage spotter on their new wake word."""
-    assistant = page.assistant(job_id)
-    if assistant is None:
-        return None, None, "No wake word of yours yet.", session
-    if session is None or session.assistant is not assistant:
-        session = WakeSession(assistant)
-    session.configure(threshold)
-    if chunk is not None and len(chunk[1]):
-        try:
-            session.feed(chunk[1], chunk[0])
-        except ValueError as e:
-            session.log.appendleft(f"!! {e}")
-    return session.current_scores() or None, pd.DataFrame(session.plot_points()), session.log_text(), session
-
-
 # ─── the tab ───
 
 def layout(page: EnrollPage) -> SimpleNamespace:
@@ -229,8 +269,7 @@ def layout(page: EnrollPage) -> SimpleNamespace:
             ui.note = gr.Markdown("", elem_id="enroll_note")
             ui.status = gr.Markdown("No job yet.", elem_id="enroll_status")
             ui.bar = gr.HTML(bar_html(None), elem_id="enroll_bar")
-            with gr.Group(visible=False, elem_id="own_listener") as ui.listener:
-                listener(ui)
+            ui.result = gr.Markdown("", elem_id="enroll_result")
     return ui
 
 
@@ -251,46 +290,34 @@ def takes_column(ui: SimpleNamespace) -> None:
         ui.cancel = gr.Button("Cancel", visible=False, elem_id="enroll_cancel")
 
 
-def listener(ui: SimpleNamespace) -> None:
-    """What enroll measured, the file, and the two-stage listener on it."""
-    ui.result = gr.Markdown("", elem_id="enroll_result")
-    ui.mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy", elem_id="own_mic",
-                      label="Microphone: say your wake word, then a command")
-    ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=0.5, step=0.01, elem_id="own_threshold",
-                             label="Threshold (wake-word probability to open a command window; "
-                                   "starts at the one enroll chose)")
-    ui.scores = gr.Label(num_top_classes=5, label="Hearing now", elem_id="own_scores")
-    ui.plot = gr.LinePlot(x="time", y="score", color="keyword", y_lim=[0, 1], x_title="time since start (s)",
-                          y_title="probability", label=f"Wake word and command scores, last {PLOT_WINDOW_S:g} s",
-                          elem_id="own_plot")
-    ui.log = gr.Textbox(label="Detections (newest first)", elem_id="own_detections", lines=8, max_lines=8,
-                        interactive=False)
-
-
-def wire(page: EnrollPage, ui: SimpleNamespace, demo: gr.Blocks, stream_every: float, time_limit: float) -> None:
+def wire(page: EnrollPage, ui: SimpleNamespace, tab: gr.Tab, tabs: gr.Tabs, own: gr.Checkbox,
+         listen: SimpleNamespace) -> None:
+    """The tab's events; `listen`: the Listen tab's components it switches (threshold, plot)."""
     takes = gr.State([])                                  # the visitor's takes, (samples,) float32 @ 16 kHz
     redo = gr.State(None)                                 # the take the next recording replaces
-    listen = gr.State(None)                               # the visitor's WakeSession on their wake word
-    job = gr.BrowserState(None, storage_key=JOB_KEY)      # the visitor's job id, kept across reloads
+    armed = gr.State(None)                                # the finished job the Listen tab was switched to
+    page.job = job = gr.BrowserState(None, storage_key=JOB_KEY)   # the visitor's job id, across reloads
     bind = lambda fn: lambda *args: fn(page, *args)       # noqa: E731
     slots = ui.slots + ui.redo_buttons
     ui.take_mic.stop_recording(on_take, [ui.take_mic, ui.phrase, takes, redo],
                                [takes, redo, ui.take_note, ui.take_mic, *slots], api_visibility="private")
     for i, button in enumerate(ui.redo_buttons):
         button.click(on_redo(i), [takes], [redo, ui.take_note], api_visibility="private")
-    ui.start.click(bind(on_start), [ui.phrase, takes, job], [job, ui.note], api_name="enroll")
+    timer = gr.Timer(POLL_S, active=False)                # runs while the visitor's job does
+    ui.start.click(bind(on_start), [ui.phrase, takes, job], [job, ui.note, timer], api_name="enroll")
     ui.cancel.click(bind(on_cancel), [job], [ui.note], api_name="enroll_cancel")
-    armed = gr.State(None)                                # the job whose listener is set up
-    polled = [ui.status, ui.bar, ui.cancel, ui.result, ui.listener, ui.threshold, armed]
-    gr.Timer(POLL_S).tick(bind(on_poll), [job, armed], polled, show_progress="hidden", api_visibility="private")
-    demo.load(bind(on_poll), [job, armed], polled, api_visibility="private")
-    ui.mic.stream(bind(on_listen), [ui.mic, listen, ui.threshold, job], [ui.scores, ui.plot, ui.log, listen],
-                  stream_every=stream_every, time_limit=time_limit, show_progress="hidden",
-                  api_visibility="private")
-    ui.mic.stop_recording(lambda s: s.clear() if s is not None else None, [listen], None, api_visibility="private")
+    polled = [ui.status, ui.bar, ui.cancel, ui.result, armed, timer, tabs, own, listen.threshold, listen.plot]
+    timer.tick(bind(on_poll), [job, armed], polled, show_progress="hidden", api_visibility="private")
+    arrival = gr.Timer(ARRIVAL_S)                         # once, after the page has loaded: the visitor's job
+    found = [ui.status, ui.bar, ui.cancel, timer, arrival]
+    arrival.tick(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
+    tab.select(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
+    own.input(bind(on_toggle), [job, own], [listen.threshold, listen.plot], api_visibility="private")
 
 
-def build_tab(jobs: EnrollJobs, demo: gr.Blocks, stream_every: float, time_limit: float) -> None:
-    """The tab, inside `demo`'s Blocks (called within a `gr.Tab`)."""
-    page = EnrollPage(jobs, KeywordModel(COMMAND_MODEL))
-    wire(page, layout(page), demo, stream_every, time_limit)
+def build_tab(jobs: EnrollJobs, tab: gr.Tab, shared, tabs: gr.Tabs, own: gr.Checkbox,
+              listen: SimpleNamespace) -> EnrollPage:
+    """The tab's content (called within `tab`); `shared`: the page's own model."""
+    page = EnrollPage(jobs, KeywordModel(COMMAND_MODEL), shared)
+    wire(page, layout(page), tab, tabs, own, listen)
+    return page

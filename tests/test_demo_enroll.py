@@ -27,7 +27,7 @@ def page(tmp_path):
     script = tmp_path / "fake_enroll.py"
     script.write_text(FAKE_ENROLL)
     jobs = EnrollJobs(tmp_path / "jobs", command=fake_command(script))
-    yield EnrollPage(jobs, KeywordModel(COMMAND_MODEL))
+    yield EnrollPage(jobs, KeywordModel(COMMAND_MODEL), KeywordModel())
     jobs.close()
 
 
@@ -39,19 +39,19 @@ def recorded() -> tuple[int, np.ndarray]:
 
 def test_without_pytorch_the_page_says_how_to_install_it(page, monkeypatch):
     monkeypatch.setattr(demo_enroll, "torch_missing", lambda: NO_TORCH)
-    job, said = on_start(page, "alexa", [], None)
+    job, said, _ = on_start(page, "alexa", [], None)
     assert job is None and "pip install -e '.[train]'" in said and "espeak-ng" in said
 
 
 def test_fewer_takes_than_the_page_asks_for_are_refused(page):
     take = on_take(recorded(), "alexa", [], None)[0][0]
-    job, said = on_start(page, "alexa", [take] * (MIN_TAKES - 1), None)
+    job, said, _ = on_start(page, "alexa", [take] * (MIN_TAKES - 1), None)
     assert job is None and f"at least {MIN_TAKES} takes (you have {MIN_TAKES - 1})" in said
 
 
 @pytest.mark.parametrize("phrase, says", [("", "empty"), ("!!", "no letter or digit"), ("x" * 41, "41 characters")])
 def test_a_phrase_refused_keeps_the_job_and_says_why(page, phrase, says):
-    job, said = on_start(page, phrase, [], "earlier")
+    job, said, _ = on_start(page, phrase, [], "earlier")
     assert job == "earlier" and said.startswith("**Not started:**") and says in said
 
 
@@ -83,14 +83,17 @@ def test_the_status_line_of_each_state():
 
 def test_a_finished_job_switches_the_page_to_its_listener_with_what_enroll_measured(page):
     takes = [on_take(recorded(), "alexa", [], None)[0][0]] * 3
-    job_id, said = on_start(page, "alexa", takes, None)
-    assert "with 3 takes" in said
+    job_id, said, timer = on_start(page, "alexa", takes, None)
+    assert "with 3 takes" in said and timer.active
     page.jobs.wait(job_id, JOB_TIMEOUT_S)
-    status, bar, cancel, result, listener, threshold, armed = on_poll(page, job_id, None)
-    assert "done in" in status and 'value="100"' in bar and not cancel["visible"] and listener["visible"]
+    status, bar, cancel, result, armed, timer, tabs, own, threshold, plot = on_poll(page, job_id, None)
+    assert "done in" in status and 'value="100"' in bar and not cancel["visible"] and not timer.active
+    assert tabs.selected == demo_enroll.LISTEN_TAB and own["value"] and own["visible"] and "alexa" in own["label"]
     assert threshold["value"] == KeywordModel(page.jobs.model_path(job_id)).meta["detection"]["threshold"]
+    assert "alexa (wake)" in plot["color_map"]
     assert "2 false accepts (0.5 per hour)" in result and f'href="/enrolled/{job_id}.onnx"' in result
-    assert on_poll(page, job_id, armed)[5] == {"__type__": "update"}, "the slider is set once, then the visitor's"
+    assert on_poll(page, job_id, armed)[6:] == (demo_enroll.gr.skip(),) * 4, "the switch happens once"
+    assert page.served(job_id, True) is page.assistant(job_id) and page.served(job_id, False) is None
     view = page.jobs.view(job_id) | {"undetected": [2]}
     assert "Not detected by the new model: take 2." in result_text(view)
 

@@ -4,9 +4,10 @@ with a tiny budget followed through its stages to the listener, the file downloa
 the in-browser runtime; two visitors queued, a reload, a cancel; bad input's messages.
 
 The tiny budget (two training steps) makes a model that cannot be trusted to detect anything, so
-the listening test checks the pipeline, not the model: the new file is what the listener runs
-(its phrase is the wake series of the plot and the log), the microphone's audio is scored by it,
-and at the lowest threshold the page offers, its wake word opens a command window. Without
+the listening test checks the pipeline, not the model: when the job is done the page switches to
+its Listen tab running the new file (the toggle names the phrase, the threshold slider stands at
+the threshold enroll stored), the microphone's audio is scored by it, and at the lowest threshold
+the page offers, its wake word (the new phrase, by name) opens a command window in the log. Without
 Chromium, PyTorch, espeak-ng or the shared data the tests skip with the reason; under CI they fail.
 """
 import re
@@ -20,7 +21,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from app.demo_enroll import THRESHOLD_RANGE
+from app.demo import THRESHOLD_RANGE
 from app.takes import check_take
 from benchmarks.demo_client import DemoServer
 from corpus.clips import read_audio
@@ -38,6 +39,7 @@ JOB_TIMEOUT_MS = 300_000          # a tiny job: ~45 s alone on 2 cores, minutes 
 STEP_MS = 250                     # how often the test looks at the bar
 DETECT_TIMEOUT_MS = 40_000
 ORT_CDN = "https://cdn.jsdelivr.net/**"   # /web/'s fallback for onnxruntime-web, blocked here
+LOWEST = THRESHOLD_RANGE[0]       # the lowest threshold the page's slider offers
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +117,8 @@ def record_take(tab, n: int) -> None:
 
 
 def start(tab, phrase: str) -> None:
+    """Type the phrase and press Start (on the enroll tab: a finished job switches to Listen)."""
+    tab.get_by_role("tab", name="Your own wake word").click()
     tab.locator("#phrase textarea, #phrase input").first.fill(phrase)
     tab.locator("#enroll_start").click()
 
@@ -149,16 +153,22 @@ def test_type_say_start_then_the_page_listens_with_the_new_wake_word(browser, se
     assert re.search(r"Threshold 0\.\d+.*validation stream \([\d.]+ h.*\d+ false accepts \([\d.]+ per hour\)",
                      result, re.S), result
 
-    # it listens: the new wake word, then a command, from the microphone, at the lowest threshold offered
-    tab.locator("#own_threshold input[type=number]").fill(str(THRESHOLD_RANGE[0]))
-    tab.locator("#own_threshold input[type=number]").press("Enter")
-    tab.locator("#own_mic").get_by_role("button", name="Record").click()
-    tab.wait_for_function("() => document.querySelector('#own_detections textarea').value.includes('wake word')",
-                          timeout=DETECT_TIMEOUT_MS)
-    log = tab.locator("#own_detections textarea").input_value()
+    # the page switches to its Listen tab, which now runs the new wake word and the command stage
+    toggle = tab.locator("#use_own input[type=checkbox]")
+    toggle.wait_for(state="visible")
+    assert toggle.is_checked() and PHRASE in tab.locator("#use_own").inner_text()
+    assert tab.locator("#mic").is_visible(), "the page did not switch to the Listen tab"
+    stored = float(re.search(r"Threshold (0\.\d+)", result).group(1))
+    assert float(tab.locator("#threshold input[type=number]").input_value()) == stored
+    tab.locator("#threshold input[type=number]").fill(str(LOWEST))         # the lowest the page offers
+    tab.locator("#threshold input[type=number]").press("Enter")
+    tab.locator("#mic").get_by_role("button", name="Record").click()
+    log = tab.wait_for_function("() => { const v = document.querySelector('#detections textarea').value;"
+                                " return v.includes('wake word') && v; }", timeout=DETECT_TIMEOUT_MS).json_value()
     assert re.search(rf"t=\s*[\d.]+ s\s+{PHRASE}\s+[\d.]+\s+wake word: listening", log), log
-    tab.locator("#own_plot svg").first.wait_for(timeout=DETECT_TIMEOUT_MS)     # the score plot drew
-    tab.locator("#own_mic").get_by_role("button", name="Stop").click()
+    tab.locator("#plot svg").first.wait_for(timeout=DETECT_TIMEOUT_MS)          # the score plot drew
+    tab.locator("#mic").get_by_role("button", name="Stop").click()
+    tab.get_by_role("tab", name="Your own wake word").click()
 
     # the file: downloaded, the same bytes the server keeps, and the in-browser runtime loads it
     with tab.expect_download() as download:
@@ -188,6 +198,9 @@ def test_a_second_visitor_waits_in_the_queue_both_finish_and_a_cancel_frees_the_
     wait_status(a, "alexa.*(synthesising|rendering|running|training|choosing|done)")
     wait_status(a, "done in")
     wait_status(b, "hey computer.*done in")
+    for visitor in (a, b):                                              # each on their own wake word
+        visitor.locator("#use_own").wait_for(state="visible")
+    assert "alexa" in a.locator("#use_own").inner_text() and "hey computer" in b.locator("#use_own").inner_text()
     start(a, PHRASE)                                                    # again: a runs, b waits
     wait_status(a, "alexa.*(synthesising|rendering|training|choosing)")
     start(b, "hey computer")
