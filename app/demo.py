@@ -153,7 +153,7 @@ def build_demo(model: Served | None = None, jobs: EnrollJobs | None = None) -> g
             else:
                 with gr.Tab("Your own wake word", id="enroll", elem_id="tab_enroll") as tab:
                     page = demo_enroll.build_tab(jobs, tab, model, tabs, own, ui)
-                wire(model, session, ui, ([page.job, own], page.served))
+                wire(model, session, ui, ([page.listening], page.served))
     return demo
 
 

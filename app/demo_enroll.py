@@ -36,19 +36,22 @@ followed by a command, and this tab offers the file."""
 
 class EnrollPage:
     """What the tab shares between visitors: the jobs, the command model, the page's own model
-    (`shared`) and the component holding each visitor's job id (`job`, set by `wire`)."""
+    (`shared`), and the components holding each visitor's job id (`job`) and the finished job
+    whose wake word the Listen tab runs for them (`listening`: a gr.State, so the page's API
+    endpoints take no more inputs), both made by `wire`."""
 
     def __init__(self, jobs: EnrollJobs, commands: KeywordModel, shared=None):
-        self.jobs, self.commands, self.shared, self.job = jobs, commands, shared, None
+        self.jobs, self.commands, self.shared = jobs, commands, shared
+        self.job = self.listening = None
 
     def assistant(self, job_id: str | None) -> Assistant | None:
         """The new wake word and the command stage, or None while the job has no model."""
         path = self.jobs.model_path(job_id or "")
         return None if path is None else cached_assistant(str(path), self.commands)
 
-    def served(self, job_id: str | None, use_own: bool) -> Assistant | None:
-        """What the Listen tab runs for the visitor: their wake word when they chose it, else None."""
-        return self.assistant(job_id) if use_own else None
+    def served(self, listening: str | None) -> Assistant | None:
+        """What the Listen tab runs for the visitor: the wake word of the job they listen with, else None."""
+        return self.assistant(listening)
 
 
 _assistants: dict[str, Assistant] = {}
@@ -135,11 +138,11 @@ def on_cancel(page: EnrollPage, job_id: str | None) -> str:
 def on_poll(page: EnrollPage, job_id: str | None, armed: str | None) -> tuple:
     """The job's state: outputs status, bar, cancel button, result, `armed` (the finished job the
     Listen tab was switched to, once), the poll timer (running while the job is), then the Listen
-    tab's switch: tabs, own toggle, threshold, plot."""
+    tab's switch: tabs, own toggle, threshold, plot, the job the Listen tab runs."""
     view = page.jobs.view(job_id)
     listening = view is not None and view["state"] == "done"
     switch = listen_with(page, job_id, view["phrase"]) if listening and armed != job_id else (
-        listen_without(page) if not listening and armed else (gr.skip(),) * 4)
+        listen_without(page) if not listening and armed else (gr.skip(),) * 5)
     if view is None:
         return ("No job yet.", bar_html(None), gr.update(visible=False), "", None, gr.Timer(active=False), *switch)
     going = view["state"] in ("queued", "running")
@@ -167,12 +170,12 @@ def listen_with(page: EnrollPage, job_id: str, phrase: str) -> tuple:
     assistant = page.assistant(job_id)
     toggle = gr.update(value=True, visible=True, label=own_label(phrase))
     return (gr.Tabs(selected=LISTEN_TAB), toggle, gr.update(value=slider_start(assistant)[0]),
-            gr.update(color_map=plot_colors(assistant)))
+            gr.update(color_map=plot_colors(assistant)), job_id)
 
 
 def listen_without(page: EnrollPage) -> tuple:
     """The Listen tab back on the page's own model (the visitor's job is gone or not done)."""
-    return (gr.skip(), gr.update(value=False, visible=False), *shared_controls(page))
+    return (gr.skip(), gr.update(value=False, visible=False), *shared_controls(page), None)
 
 
 def shared_controls(page: EnrollPage) -> tuple:
@@ -181,10 +184,12 @@ def shared_controls(page: EnrollPage) -> tuple:
 
 
 def on_toggle(page: EnrollPage, job_id: str | None, use_own: bool) -> tuple:
-    """The visitor ticked or unticked their wake word: the threshold slider and the plot follow."""
+    """The visitor ticked or unticked their wake word: the threshold slider and the plot follow
+    (outputs: threshold, plot, the job the Listen tab runs)."""
     from app.demo import plot_colors, slider_start
-    runs = page.served(job_id, use_own) or page.shared
-    return gr.update(value=slider_start(runs)[0]), gr.update(color_map=plot_colors(runs))
+    listening = job_id if use_own and page.assistant(job_id) else None
+    runs = page.served(listening) or page.shared
+    return gr.update(value=slider_start(runs)[0]), gr.update(color_map=plot_colors(runs)), listening
 
 
 def own_label(phrase: str) -> str:
@@ -297,6 +302,7 @@ def wire(page: EnrollPage, ui: SimpleNamespace, tab: gr.Tab, tabs: gr.Tabs, own:
     redo = gr.State(None)                                 # the take the next recording replaces
     armed = gr.State(None)                                # the finished job the Listen tab was switched to
     page.job = job = gr.BrowserState(None, storage_key=JOB_KEY)   # the visitor's job id, across reloads
+    page.listening = gr.State(None)                       # the finished job the Listen tab runs
     bind = lambda fn: lambda *args: fn(page, *args)       # noqa: E731
     slots = ui.slots + ui.redo_buttons
     ui.take_mic.stop_recording(on_take, [ui.take_mic, ui.phrase, takes, redo],
@@ -306,13 +312,14 @@ def wire(page: EnrollPage, ui: SimpleNamespace, tab: gr.Tab, tabs: gr.Tabs, own:
     timer = gr.Timer(POLL_S, active=False)                # runs while the visitor's job does
     ui.start.click(bind(on_start), [ui.phrase, takes, job], [job, ui.note, timer], api_name="enroll")
     ui.cancel.click(bind(on_cancel), [job], [ui.note], api_name="enroll_cancel")
-    polled = [ui.status, ui.bar, ui.cancel, ui.result, armed, timer, tabs, own, listen.threshold, listen.plot]
+    polled = [ui.status, ui.bar, ui.cancel, ui.result, armed, timer, tabs, own, listen.threshold, listen.plot,
+              page.listening]
     timer.tick(bind(on_poll), [job, armed], polled, show_progress="hidden", api_visibility="private")
     arrival = gr.Timer(ARRIVAL_S)                         # once, after the page has loaded: the visitor's job
     found = [ui.status, ui.bar, ui.cancel, timer, arrival]
     arrival.tick(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
     tab.select(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
-    own.input(bind(on_toggle), [job, own], [listen.threshold, listen.plot], api_visibility="private")
+    own.input(bind(on_toggle), [job, own], [listen.threshold, listen.plot, page.listening], api_visibility="private")
 
 
 def build_tab(jobs: EnrollJobs, tab: gr.Tab, shared, tabs: gr.Tabs, own: gr.Checkbox,

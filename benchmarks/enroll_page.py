@@ -4,6 +4,10 @@ takes of the phrase, its stages timed as the page sees them (polled every POLL_S
 listener built on the new file (app/demo_enroll.py's Assistant with the bundled command stage).
 Writes BENCHMARKS.md's section `enroll_page`.
 
+The job starts with no clip of Kokoro's in its cache (ROTKWS_CACHE: a new folder holding the rest of
+the default one, links to the assembled Kokoro model and the prepared image archive), as the first
+job for a phrase on a server that has enrolled before.
+
     python -m benchmarks.enroll_page [--phrase alexa] [--takes 0.flac 2.flac 4.flac] [--jobs DIR]
 """
 import argparse
@@ -23,6 +27,17 @@ from corpus.folders import default_data_root
 POLL_S = 1.0
 TAKES = ("0.flac", "2.flac", "4.flac")   # even-numbered: recordings the bench's stream never plays
 TIMEOUT_S = 4 * 3600
+
+
+def fresh_clips_cache(folder: Path) -> Path:
+    """A cache folder for the job: the default one's files linked, its Kokoro clips left out."""
+    from training.kokoro import CACHE_ENV, cache_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in cache_dir().iterdir():
+        if entry.is_file() and not (folder / entry.name).exists():
+            (folder / entry.name).symlink_to(entry)
+    os.environ[CACHE_ENV] = str(folder)             # the job's process inherits it
+    return folder
 
 
 def run(phrase: str, takes: list[Path], root: Path) -> dict:
@@ -55,7 +70,7 @@ def section(phrase: str, takes: list[Path], m: dict) -> str:
         f"`wakeword_benchmark_dev/{phrase}`): **{m['to_listening_s'] / 60:.1f} min from Start to listening** "
         f"({m['to_done_s'] / 60:.1f} min until the job was done, then the listener built on the file). "
         f"Load average when it ended: {m['load'][0]:.1f} on 2 cores (other runs shared the CPU; the job "
-        f"runs at nice {JOB_NICENESS}).", "",
+        f"runs at nice {JOB_NICENESS}). No Kokoro clip was cached when it started.", "",
         "| stage (as the page shows it) | from Start, min | lasted, min |", "| --- | ---: | ---: |", *rows, "",
         f"What enroll measured: threshold {r['threshold']}, {r['validation_stream_false_accepts']} false accepts "
         f"in {r['validation_stream_hours']} h of validation stream; takes its model did not detect: "
@@ -70,7 +85,8 @@ def main() -> None:
     args = p.parse_args()
     takes = [default_data_root() / "wakeword_benchmark_dev" / args.phrase / t for t in args.takes]
     root = args.jobs or Path(tempfile.mkdtemp(prefix="enroll-page-"))
-    m = run(args.phrase, takes, root)
+    fresh_clips_cache(root / "cache")
+    m = run(args.phrase, takes, root / "jobs")
     print(section(args.phrase, takes, m))
     write_section("enroll_page", "Your own wake word on the demo page: Start to listening",
                   section(args.phrase, takes, m))

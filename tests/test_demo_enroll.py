@@ -86,14 +86,16 @@ def test_a_finished_job_switches_the_page_to_its_listener_with_what_enroll_measu
     job_id, said, timer = on_start(page, "alexa", takes, None)
     assert "with 3 takes" in said and timer.active
     page.jobs.wait(job_id, JOB_TIMEOUT_S)
-    status, bar, cancel, result, armed, timer, tabs, own, threshold, plot = on_poll(page, job_id, None)
+    status, bar, cancel, result, armed, timer, tabs, own, threshold, plot, listening = on_poll(page, job_id, None)
     assert "done in" in status and 'value="100"' in bar and not cancel["visible"] and not timer.active
     assert tabs.selected == demo_enroll.LISTEN_TAB and own["value"] and own["visible"] and "alexa" in own["label"]
     assert threshold["value"] == KeywordModel(page.jobs.model_path(job_id)).meta["detection"]["threshold"]
     assert "alexa (wake)" in plot["color_map"]
     assert "2 false accepts (0.5 per hour)" in result and f'href="/enrolled/{job_id}.onnx"' in result
-    assert on_poll(page, job_id, armed)[6:] == (demo_enroll.gr.skip(),) * 4, "the switch happens once"
-    assert page.served(job_id, True) is page.assistant(job_id) and page.served(job_id, False) is None
+    assert listening == job_id and page.served(listening) is page.assistant(job_id) and page.served(None) is None
+    assert on_poll(page, job_id, armed)[6:] == (demo_enroll.gr.skip(),) * 5, "the switch happens once"
+    assert demo_enroll.on_toggle(page, job_id, False)[2] is None, "unticked: the page's own model"
+    assert demo_enroll.on_toggle(page, job_id, True)[2] == job_id
     view = page.jobs.view(job_id) | {"undetected": [2]}
     assert "Not detected by the new model: take 2." in result_text(view)
 
