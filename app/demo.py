@@ -26,7 +26,7 @@ from app import demo_enroll
 from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession, WakeSession,
                                new_session, wake_series)
 from app.detect import keyword_list
-from app.enroll_jobs import EnrollJobs
+from app.enroll_jobs import EnrollJobs, JobsInUse
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
 from app.twostage import WINDOW_S
 
@@ -386,6 +386,15 @@ def loaded(option: str, path: Path | None) -> KeywordModel:
         raise ModelError(f"{option}: {e}") from None
 
 
+def enroll_jobs(args: argparse.Namespace) -> EnrollJobs | None:
+    """The enroll tab's jobs in --jobs; None (no tab, said why) when another demo holds them."""
+    try:
+        return EnrollJobs(args.jobs, extra=args.enroll_args)
+    except JobsInUse as e:
+        print(f"rotkws demo: {e}: no \"Your own wake word\" tab (give this one another --jobs DIR)", flush=True)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
@@ -401,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rotkws demo: cannot listen on {args.host}:{args.port}: {problem} "
               f"(choose another --port or --host)", file=sys.stderr)
         return 2
-    jobs = None if args.no_enroll else EnrollJobs(args.jobs, extra=args.enroll_args)
+    jobs = None if args.no_enroll else enroll_jobs(args)
     app = build_app(build_demo(runs, jobs), model_path=model.path, jobs=jobs)
     print(f"rotkws demo: serving on http://{args.host}:{args.port}", flush=True)
     if WEB_DIR.is_dir():

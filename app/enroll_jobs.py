@@ -18,12 +18,14 @@ How it works:
 3. When it ends, `work/` is removed: a done job keeps its model, a failed or cancelled one only its
    record. A done job names the takes its own model does not detect (`undetected_takes`).
 4. A new EnrollJobs on the same root (a server restart) marks jobs that were running as lost, ends
-   their processes and removes their work and takes; jobs still queued wait again in order.
+   their processes and removes their work and takes; jobs still queued wait again in order. A root
+   is one server's: while a live server holds its lock, another gets JobsInUse.
 
 No torch here: the job runs in the enroll process. `torch_missing()` says how to install the
 train extra when it is absent.
 """
 import atexit
+import fcntl
 import importlib.util
 import json
 import os
@@ -58,6 +60,10 @@ NO_TORCH = ("enrolling needs PyTorch (the train extra): pip install -e '.[train]
 
 class JobError(ValueError):
     """A job the server refuses to queue: the message says why."""
+
+
+class JobsInUse(RuntimeError):
+    """The jobs folder belongs to another live server."""
 
 
 @dataclass
@@ -115,6 +121,7 @@ class EnrollJobs:
         self.root, self.extra, self.command = Path(root), list(extra), command
         self.min_free_bytes = min_free_bytes
         self.root.mkdir(parents=True, exist_ok=True)
+        self.claim()
         self.lock = threading.Condition()
         self.jobs: dict[str, Job] = {}
         self.queue: deque[str] = deque()
@@ -125,6 +132,16 @@ class EnrollJobs:
         self.worker = threading.Thread(target=self.work, name="enroll-jobs", daemon=True)
         self.worker.start()
         atexit.register(self.close)
+
+    def claim(self) -> None:
+        """Hold the root's lock for this process's life: a second server would find our running
+        job "lost" and end it."""
+        self.lock_file = open(self.root / ".server.lock", "w")
+        try:
+            fcntl.flock(self.lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.lock_file.close()
+            raise JobsInUse(f"{self.root} holds the jobs of another running rotkws demo") from None
 
     # ─── the record on disk ───
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.enroll_jobs import EnrollJobs, JobError, check_text, undetected_takes
+from app.enroll_jobs import EnrollJobs, JobError, JobsInUse, check_text, undetected_takes
 from app.spotter import WAKE_MODEL, KeywordModel, KeywordSpotter
 from app.takes import (CLIPPED_SHARE, FRAME_S, MAX_TAKE_S, SAMPLE_RATE, SILENT_DBFS, VOICED_DB, TakeError,
                        check_take, frame_dbfs, voiced_limit)
@@ -144,7 +144,7 @@ def test_a_take_too_short_or_too_long_to_be_one_is_refused():
 def test_a_phrase_that_cannot_be_a_wake_phrase_is_refused_before_it_waits(jobs, text, says):
     with pytest.raises(JobError, match=says):
         jobs.submit(text)
-    assert not list(jobs.root.iterdir()), "a refused job left files"
+    assert not [p for p in jobs.root.iterdir() if p.is_dir()], "a refused job left files"
 
 
 def test_the_phrase_limit_is_the_one_enroll_applies():
@@ -262,6 +262,21 @@ def detected(model: KeywordModel, audio: np.ndarray) -> bool:
     pad = np.zeros(SAMPLE_RATE, np.float32)
     return bool(spotter.process(np.concatenate([pad, audio, pad]), SAMPLE_RATE).detections
                 or spotter.flush().detections)
+
+
+def test_a_second_server_on_the_same_jobs_folder_is_refused_while_the_first_lives(tmp_path, script):
+    """Its start would mark the first server's running job lost and end it."""
+    root = tmp_path / "jobs"
+    first = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path;"
+                              "from app.enroll_jobs import EnrollJobs; EnrollJobs(Path(sys.argv[1]));"
+                              "print('up', flush=True); time.sleep(600)", str(root)],
+                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "up"
+    with pytest.raises(JobsInUse, match="another running rotkws demo"):
+        EnrollJobs(root, command=fake_command(script))
+    first.kill()
+    first.wait()
+    EnrollJobs(root, command=fake_command(script)).close()          # once it is gone, the folder is free
 
 
 def test_a_take_the_finished_model_does_not_detect_is_named(jobs, heard):
