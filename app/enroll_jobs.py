@@ -108,8 +108,9 @@ def check_text(phrase: str) -> str:
 
 def enroll_command(phrase: str, output: Path, takes: list[Path], extra: list[str]) -> list[str]:
     """`rotkws enroll` as a process that reports in JSON lines."""
-    command = [sys.executable, "-m", "export.enroll", phrase, "-o", str(output), "--progress", "json"]
-    return command + (["--recordings", *map(str, takes)] if takes else []) + list(extra)
+    command = [sys.executable, "-m", "export.enroll", "-o", str(output), "--progress", "json"]
+    recordings = ["--recordings", *map(str, takes)] if takes else []
+    return command + recordings + list(extra) + ["--", phrase]     # a phrase may start with "-"
 
 
 class EnrollJobs:
