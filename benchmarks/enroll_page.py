@@ -12,6 +12,8 @@ job for a phrase on a server that has enrolled before.
 """
 import argparse
 import os
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +85,7 @@ def main() -> None:
     p.add_argument("--takes", nargs="+", default=list(TAKES))
     p.add_argument("--jobs", type=Path, default=None)
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))   # so EnrollJobs.close ends the job's processes
     takes = [default_data_root() / "wakeword_benchmark_dev" / args.phrase / t for t in args.takes]
     root = args.jobs or Path(tempfile.mkdtemp(prefix="enroll-page-"))
     fresh_clips_cache(root / "cache")
