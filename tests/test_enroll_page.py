@@ -195,19 +195,19 @@ def test_a_second_visitor_waits_in_the_queue_both_finish_and_a_cancel_frees_the_
     assert re.search(r"waiting, place 2 in the queue \(1 job ahead", wait_status(b, "waiting")), status(b)
     a.reload()                                                          # a reload finds the job again
     a.get_by_role("tab", name="Your own wake word").click()
-    wait_status(a, "alexa.*(synthesising|rendering|running|training|choosing|done)")
+    wait_status(a, "^alexa: (starting|synthesising|rendering|training|choosing|done)")
     wait_status(a, "done in")
     wait_status(b, "hey computer.*done in")
     for visitor in (a, b):                                              # each on their own wake word
         visitor.locator("#use_own").wait_for(state="visible")
     assert "alexa" in a.locator("#use_own").inner_text() and "hey computer" in b.locator("#use_own").inner_text()
     start(a, PHRASE)                                                    # again: a runs, b waits
-    wait_status(a, "alexa.*(synthesising|rendering|training|choosing)")
+    wait_status(a, "^alexa: (starting|synthesising|rendering|training|choosing)")
     start(b, "hey computer")
     wait_status(b, "place 2 in the queue")
     a.locator("#enroll_cancel").click()
     assert "cancelled" in wait_status(a, "cancelled", timeout_ms=30_000)
-    wait_status(b, "hey computer.*(synthesising|rendering|training|choosing)", timeout_ms=30_000)   # the slot is free
+    wait_status(b, "^hey computer: (starting|synthesising|rendering|training|choosing)", timeout_ms=30_000)   # free
     b.locator("#enroll_cancel").click()
     wait_status(b, "cancelled", timeout_ms=30_000)
     first.close()
