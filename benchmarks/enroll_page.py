@@ -48,8 +48,9 @@ def run(phrase: str, takes: list[Path], root: Path) -> dict:
     job = jobs.submit(phrase, [check_take(*read_audio(p), phrase) for p in takes])
     started, stages, last = time.monotonic(), {}, None
     while (view := jobs.view(job.id))["state"] not in FINISHED:
-        if view["stage"] != last:
-            stages[view["stage"]], last = time.monotonic() - started, view["stage"]
+        stage = view["stage"] or ("waiting" if view["state"] == "queued" else "starting")
+        if stage != last:
+            stages[stage], last = time.monotonic() - started, stage
         if time.monotonic() - started > TIMEOUT_S:
             raise TimeoutError(f"the job ran {TIMEOUT_S} s")
         time.sleep(POLL_S)
