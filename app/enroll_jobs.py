@@ -44,11 +44,11 @@ import numpy as np
 import soundfile as sf
 
 from app.spotter import KeywordModel, KeywordSpotter
+from corpus import phrases
 from app.takes import SAMPLE_RATE
 
 STATES = ("queued", "running", "done", "failed", "cancelled", "lost")
 FINISHED = ("done", "failed", "cancelled", "lost")
-MAX_PHRASE_CHARS = 40        # training/tts.py's limit, checked here before a job is queued
 MIN_FREE_BYTES = 500 * 2**20   # a job writes ~100 MB of temporary files and a 1 MB model
 KILL_GRACE_S = 5.0           # a cancelled job's processes get this long after SIGTERM
 TAKE_PAD_S = 1.0             # silence around a take when the finished model is run over it
@@ -95,15 +95,10 @@ def torch_missing() -> str | None:
 def check_text(phrase: str) -> str:
     """The phrase with whitespace collapsed, or JobError: empty, no letter or digit, too long
     (what `rotkws enroll` refuses at once, said before the job waits in the queue)."""
-    phrase = " ".join(str(phrase or "").split())
-    if not phrase:
-        raise JobError("the phrase is empty: type the words to listen for, e.g. hey computer")
-    if not any(c.isalnum() for c in phrase):
-        raise JobError(f"the phrase {phrase!r} has no letter or digit: nothing to say")
-    if len(phrase) > MAX_PHRASE_CHARS:
-        raise JobError(f"the phrase is {len(phrase)} characters long; a wake phrase has at most "
-                       f"{MAX_PHRASE_CHARS}")
-    return phrase
+    try:
+        return phrases.check_text(phrase)
+    except phrases.PhraseError as e:
+        raise JobError(str(e)) from None
 
 
 def enroll_command(phrase: str, output: Path, takes: list[Path], extra: list[str]) -> list[str]:

@@ -29,9 +29,10 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from corpus.phrases import MAX_PHRASE_CHARS, PhraseError, check_text, normalize_phrase  # noqa: F401
+
 SAMPLE_RATE = 16_000             # Hz, the model's
-MAX_PHRASE_CHARS = 40            # a wake phrase is a few words; longer text is a sentence
-MAX_PHRASE_SECONDS = 2.5         # … and says in well under this at espeak-ng's default rate
+MAX_PHRASE_SECONDS = 2.5         # a wake phrase says in well under this at espeak-ng's default rate
 SILENCE_RMS = 1e-3               # a probe quieter than this (−60 dBFS) is silence
 MIN_VOICED_SECONDS = 0.15        # … and one with less sound than this has said nothing
 ACCENT_VOICES = ("de", "fr", "nl", "es", "it", "pl", "sv", "hi", "pt")   # espeak-ng accents
@@ -48,28 +49,6 @@ KOKORO_FORMS = ("{}.", "{}!", "{}?", "{},", "{}", "okay, {}.", "so {}.", "um, {}
                                  # i-th Kokoro clip of a phrase says form i mod len: how it ends, a word before
 KOKORO_NEGATIVE_SPEAKERS = 8     # a negative text is said by one of its first this many speakers
                                  # (cached: the next enroll hears the same ones for free)
-
-
-class PhraseError(ValueError):
-    """A phrase the engines cannot say as a wake word: the message says why, on one line."""
-
-
-def normalize_phrase(text: str) -> str:
-    """Whitespace collapsed, ends stripped: the label the model will carry."""
-    return " ".join(str(text).split())
-
-
-def check_text(text: str) -> str:
-    """The normalised phrase, or PhraseError: empty, no letter or digit, or too long."""
-    phrase = normalize_phrase(text)
-    if not phrase:
-        raise PhraseError("the phrase is empty: give the words to spot, e.g. rotkws enroll \"computer\"")
-    if not any(c.isalnum() for c in phrase):
-        raise PhraseError(f"the phrase {phrase!r} has no letter or digit: nothing to say")
-    if len(phrase) > MAX_PHRASE_CHARS:
-        raise PhraseError(f"the phrase is {len(phrase)} characters long; a wake phrase has at most "
-                          f"{MAX_PHRASE_CHARS}")
-    return phrase
 
 
 def check_phrase(text: str, say=None) -> str:
