@@ -115,7 +115,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "(default: %(default)s)")
     p.add_argument("--validation-hours", type=float, default=d.validation_hours,
                    help="hours of validation stream the threshold is chosen on (default: every "
-                        "validation utterance once, about 4.1 h)")
+                        "validation utterance once, about 4.3 h)")
     p.add_argument("--progress", choices=progress.MODES, default="bar",
                    help="bar: progress bars on stderr; json: one JSON line per stage and per percent "
                         "on stdout, then a `done` or `error` line (training/progress.py); none")

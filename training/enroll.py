@@ -83,6 +83,7 @@ NEGATIVE_WORDS = (                                # synthetic negatives beside t
     "banana tomato potato robot rocket pocket bottle little middle over under number nothing"
 ).split()
 PART_SHARE = 0.4             # of the synthetic negatives: pieces of the phrase
+KOKORO_PART_WEIGHT = 3       # Kokoro's negatives draw each piece of the phrase this many times as often as a word
 EXAMPLE_S = 3.0              # seconds of pixels per example that are scored …
 WARMUP_S = 3.0               # … after this much that is not: the state warmed up as a stream's is
 WARM_SPEECH_SHARE = 0.5      # of the examples that are not speech windows: real speech in the warm-up
@@ -248,7 +249,7 @@ def kokoro_clips(phrase: str, others: list[str], parts: list[str], cfg: EnrollCo
         return tts.Synthesis([], {}), tts.Synthesis([], {})
     pos = tts.say_kokoro(phrase, cfg.kokoro_positives, bar.update, engine)
     rng = np.random.default_rng(cfg.seed)
-    neg = tts.kokoro_random(others + parts * 3, cfg.kokoro_negatives, rng, bar.update, engine)
+    neg = tts.kokoro_random(others + parts * KOKORO_PART_WEIGHT, cfg.kokoro_negatives, rng, bar.update, engine)
     return pos, neg
 
 
