@@ -111,10 +111,14 @@ def read_voice(path: Path) -> np.ndarray:
     return data.reshape(VOICE_SHAPE).copy()
 
 
-@cache
 def voices(folder: Path | None = None) -> dict[str, np.ndarray]:
-    """{name: style table} of every English voice (`a*`, `b*`) in `folder` (default voices_dir())."""
-    folder = Path(folder or voices_dir())
+    """{name: style table} of every English voice (`a*`, `b*`) in `folder` (default voices_dir(),
+    as $ROTKWS_VOICES says now), read once per folder."""
+    return _voices(Path(folder or voices_dir()).resolve())
+
+
+@cache
+def _voices(folder: Path) -> dict[str, np.ndarray]:
     files = sorted(p for p in folder.glob("*.pt") if p.stem[:1] in LANGUAGES) if folder.is_dir() else []
     if not files:
         raise KokoroError(f"no Kokoro voices (af_*.pt, bm_*.pt, …) in {folder}: set ${VOICES_ENV} to "
