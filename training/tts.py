@@ -187,6 +187,11 @@ def probe(phrase: str) -> np.ndarray:
     return espeak(phrase, "en-us")
 
 
+def audible(clips: list[np.ndarray]) -> list[np.ndarray]:
+    """The clips with more than MIN_VOICED_SECONDS of sound, each trimmed and normalised."""
+    return [normalise(a) for a in clips if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
+
+
 @dataclass
 class Synthesis:
     clips: list[np.ndarray]          # (samples,) float32 @ 16 kHz, trimmed, peak 0.9
@@ -214,8 +219,7 @@ def synthesize(texts, n: int, rng, progress=None) -> Synthesis:
     for text in pick(n - sum(len(v) for v in said.values())):   # espeak-ng makes up the rest
         said["espeak-ng"].append(espeak_random(text, rng))
         progress and progress(1)
-    clips = {e: [normalise(a) for a in v if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
-             for e, v in said.items()}
+    clips = {e: audible(v) for e, v in said.items()}
     return Synthesis([a for v in clips.values() for a in v], {e: len(v) for e, v in clips.items()})
 
 
@@ -249,7 +253,7 @@ def say_kokoro(phrase: str, n: int, progress=None, engine=None) -> Synthesis:
         text = KOKORO_FORMS[i % len(KOKORO_FORMS)].format(phrase)
         clips.append(engine.say(text, kokoro.speaker(text, i // len(KOKORO_FORMS), tuple(engine.table))))
         progress and progress(1)
-    kept = [normalise(a) for a in clips if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
+    kept = audible(clips)
     return Synthesis(kept, {"kokoro": len(kept)})
 
 
@@ -265,6 +269,6 @@ def kokoro_random(texts, n: int, rng, progress=None, engine=None) -> Synthesis:
         who = kokoro.speaker(text, int(rng.integers(KOKORO_NEGATIVE_SPEAKERS)), tuple(engine.table))
         clips.append(engine.say(text, who))
         progress and progress(1)
-    kept = [normalise(a) for a in clips if len(trim(a)) > MIN_VOICED_SECONDS * SAMPLE_RATE]
+    kept = audible(clips)
     return Synthesis(kept, {"kokoro": len(kept)})
 
