@@ -438,7 +438,9 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
     pos = [to_pix(a, True) for a in progress.bar(items.positives, desc="rendering", unit="clip")]
     neg = ([to_pix(a, True) for a in items.synthetic] + [to_pix(a, False) for a in items.real]
            + [im.astype(np.float32) for im in items.images])
-    speech = [to_pix(a, False) for a in progress.bar(items.speech, desc="speech", unit="utterance")]
+    items.speech.reverse()       # each utterance's audio let go once rendered: most of enroll's memory
+    speech = [to_pix(items.speech.pop(), False)
+              for _ in progress.bar(range(len(items.speech)), desc="speech", unit="utterance")]
     n_noise = items.sources["noise_examples"]
     contexts = list(neg)
     neg += [np.zeros((frames, N_MELS), np.float32)] * n_noise
@@ -456,23 +458,28 @@ def examples(items: Items, rng) -> tuple[np.ndarray, np.ndarray]:
             return None
         return speech_window(speech, max(1, warm - int(rng.uniform(*WARM_GAP_S) * FRAME_RATE)), rng)
 
-    out = [example(p, last_loud_frame(p), pick(), frames, render.noise, rng, warm=warm, before=before())
-           for p in pos]
-    out += [example(n, None, pick(), frames, render.noise, rng, warm=warm, before=before()) for n in neg]
-    for _ in range(items.sources["speech_examples"]):
+    n = len(pos) + len(neg) + items.sources["speech_examples"]
+    x, y = np.empty((n, warm + frames, N_MELS), np.float16), np.empty((n, warm + frames), np.int64)
+    for i, p in enumerate(pos):
+        x[i], y[i] = example(p, last_loud_frame(p), pick(), frames, render.noise, rng, warm=warm, before=before())
+    for i, m in enumerate(neg, len(pos)):
+        x[i], y[i] = example(m, None, pick(), frames, render.noise, rng, warm=warm, before=before())
+    for i in range(len(pos) + len(neg), n):
         window = speech_window(speech, warm + frames, rng)
         if rng.random() >= CLEAN_SHARE:
             window = add_noise(window, window, render.noise, rng)
-        out.append((window, targets(warm + frames, 0, None, warm)))
-    return quieter(np.stack([o[0] for o in out]), rng).astype(np.float16), np.stack([o[1] for o in out])
+        x[i], y[i] = window, targets(warm + frames, 0, None, warm)
+    return quieter(x, rng), y
 
 
 def quieter(pixels: np.ndarray, rng, batch: int = 512) -> np.ndarray:
     """(N, T, N_MELS) examples, each one's audio scaled by a gain uniform in LEVEL_DB (a quieter
-    microphone, or a talker further away), in place in the pixel domain (`gain_pixels`)."""
+    microphone, or a talker further away), in place in the pixel domain (`gain_pixels`, in float32
+    whatever the array's type)."""
     levels = torch.from_numpy(rng.uniform(*LEVEL_DB, len(pixels)))
     for i in range(0, len(pixels), batch):
-        pixels[i:i + batch] = gain_pixels(torch.from_numpy(pixels[i:i + batch]), levels[i:i + batch]).numpy()
+        chunk = torch.from_numpy(pixels[i:i + batch]).float()
+        pixels[i:i + batch] = gain_pixels(chunk, levels[i:i + batch]).numpy()
     return pixels
 
 
@@ -501,11 +508,12 @@ def frame_logits(net: RotRNNClassifier, h: Tensor, trained: int = 1) -> Tensor:
 
 
 def features(net: RotRNNClassifier, x: np.ndarray, batch: int, trained: int = 1) -> Tensor:
-    out = [torch.zeros(0, x.shape[1], net.cfg.d_model, dtype=torch.half)]
+    """The frozen part's output for every example, (N, T, d_model) float16."""
+    out = torch.empty(len(x), x.shape[1], net.cfg.d_model, dtype=torch.half)
     with torch.no_grad():
         for i in progress.bar(range(0, len(x), batch), desc="backbone", unit="batch"):
-            out.append(lower(net, torch.from_numpy(x[i:i + batch]).float(), trained).half())
-    return torch.cat(out)
+            out[i:i + batch] = lower(net, torch.from_numpy(x[i:i + batch]).float(), trained)
+    return out
 
 
 def loss_fn(logits: Tensor, y: Tensor, negative_weight: float = 1.0, peak_weight: float = 0.0) -> Tensor:
@@ -637,14 +645,17 @@ def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.sy
     kind = example_kinds(items)
     held = rng.random(len(kind)) < VALIDATION_SHARE
     x, y = examples(items, rng)
+    order = np.concatenate([np.flatnonzero(~held), np.flatnonzero(held)])   # training rows first: views, not copies
+    n_train = int((~held).sum())
     net = enrolled_network(backbone, phrase)
-    h = features(net, x, 256, cfg.blocks)
-    train_idx = torch.from_numpy(np.flatnonzero(~held))
-    losses = train(net, h[train_idx], torch.from_numpy(y)[train_idx], cfg, hard=kind[~held] == SPEECH)
-    held_scores = hop_scores(net, h[torch.from_numpy(np.flatnonzero(held))], trained=cfg.blocks)
+    h = features(net, x[order], 256, cfg.blocks)
+    del x
+    y, kind = torch.from_numpy(y[order]), kind[order]
+    losses = train(net, h[:n_train], y[:n_train], cfg, hard=kind[:n_train] == SPEECH)
+    held_scores = hop_scores(net, h[n_train:], trained=cfg.blocks)
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
                               "backbone_data": entry.get("data", "unknown"), **items.sources},
             "task": "enroll", "detection": {"threshold": MAX_THRESHOLD} | WAKE_RULE,
-            "enroll": {"examples": int(len(x)), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])),
+            "enroll": {"examples": int(len(y)), "steps": len(losses), "final_loss": float(np.mean(losses[-20:])),
                        "train_seconds": round(time.perf_counter() - started, 1), "config": vars(cfg)}}
-    return Fit(net.eval(), meta, items, held_scores, kind[held])
+    return Fit(net.eval(), meta, items, held_scores, kind[n_train:])
