@@ -648,9 +648,9 @@ def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.sy
     order = np.concatenate([np.flatnonzero(~held), np.flatnonzero(held)])   # training rows first: views, not copies
     n_train = int((~held).sum())
     net = enrolled_network(backbone, phrase)
-    h = features(net, x[order], 256, cfg.blocks)
+    x, y, kind = x[order], torch.from_numpy(y[order]), kind[order]
+    h = features(net, x, 256, cfg.blocks)
     del x
-    y, kind = torch.from_numpy(y[order]), kind[order]
     losses = train(net, h[:n_train], y[:n_train], cfg, hard=kind[:n_train] == SPEECH)
     held_scores = hop_scores(net, h[n_train:], trained=cfg.blocks)
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
