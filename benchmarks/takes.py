@@ -6,8 +6,9 @@ text alone? Writes BENCHMARKS.md's section `takes`.
 of its spectrum (the mean log-mel pixels of its frames within FINGERPRINT_DB of the loudest, less
 their mean over the bands, then the folder's mean fingerprint removed). A *session* is a run of
 consecutive numbers whose neighbours' fingerprints meet at a cosine above SAME_SESSION (a bound
-that about one in twenty pairs of files far apart pass): one person at one microphone, at best. A speaker would qualify with TAKES even-numbered files (takes the
-bench never plays) and TAKES odd-numbered ones (what the bench would score for them).
+that about one in twenty pairs of files far apart pass): one person at one microphone, at best. A
+speaker would qualify with TAKES even-numbered files (takes the bench never plays) and TAKES
+odd-numbered ones (what the bench would score for them).
 
     python -m benchmarks.takes [--phrase alexa] [--no-write]
 """
@@ -97,18 +98,20 @@ def measure(folder: Path, seed: int = 0) -> dict:
 
 def section(phrase: str, m: dict) -> str:
     lengths = ", ".join(f"{n} × {k}" for k, n in m["lengths"].items())
-    many = sum(n for k, n in m["lengths"].items() if k >= 2 * TAKES)
+    usual = max((k for k in m["lengths"] if k > 1), key=lambda k: m["lengths"][k], default=1)
+    found = "; ".join(f"{r[0]}–{r[-1]}" for r in m["qualifying"]) or "none"
+    verdict = (f"the figure \"{TAKES} takes of one speaker against text alone\" cannot be made from this data "
+               f"without taking the bench's own recordings as takes. Speakers with ids (a recording campaign, or a "
+               f"corpus that names them) would make it." if usual // 2 < TAKES else
+               f"sessions of {usual} would give {usual // 2} takes each.")
     return (f"`{phrase}`: {m['files']} readable recordings. Neighbouring numbers sound alike: their fingerprints "
             f"meet at a median cosine of {m['near_median']:.2f}, files more than {FAR_APART} apart at "
             f"{m['far_median']:.2f} ({100 * m['far_above']:.1f} % of those pass {SAME_SESSION:g}). Sessions at "
-            f"{SAME_SESSION:g} (run length × how many): {lengths}. Runs of four are the rule: most likely one person's "
-            f"four takes, two of them even-numbered (training) and two odd (the bench's). So no speaker has "
-            f"{TAKES} takes the bench never plays and recordings left for it to score, except in the {many} "
-            f"sessions of {2 * TAKES} or more ({'; '.join(', '.join(r[:1] + r[-1:]) for r in m['qualifying']) or 'none'}), "
-            f"which by their length are two people at one microphone as likely as one: the figure \"three takes of "
-            f"one speaker against text alone\" cannot be made from this data without taking the bench's own "
-            f"recordings as takes (one recording left to score per speaker). Speakers with ids (a recording "
-            f"campaign, or a corpus that names them) would make it.")
+            f"{SAME_SESSION:g} (run length × how many): {lengths}. Runs of {usual} are the most common: most likely "
+            f"one person's {usual} takes, {usual // 2} of them even-numbered (training) and {usual - usual // 2} odd "
+            f"(the bench's). Sessions with {TAKES} even-numbered takes and {TAKES} held-out recordings: "
+            f"{len(m['qualifying'])} ({found}), each longer than the usual {usual}, so as likely two people at one "
+            f"microphone as one. So {verdict}")
 
 
 def main(argv=None) -> int:

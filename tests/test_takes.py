@@ -32,4 +32,12 @@ def test_the_dev_recordings_fall_in_sessions_that_cover_every_readable_file_once
     assert sum(k * n for k, n in m["lengths"].items()) == m["files"] > 300
     assert m["near_median"] > takes.SAME_SESSION > m["far_median"]      # neighbours alike, far ones not
     assert m["far_above"] < 0.1
-    assert "sessions" in takes.section("alexa", m)
+    assert f"{m['files']} readable recordings" in takes.section("alexa", m)
+
+
+def test_the_verdict_follows_the_usual_session_length():
+    m = {"files": 60, "near_median": 0.8, "far_median": 0.0, "far_above": 0.05, "qualifying": []}
+    four = takes.section("alexa", m | {"lengths": {1: 20, 4: 10}})
+    six = takes.section("alexa", m | {"lengths": {1: 6, 6: 9}})
+    assert "Runs of 4 are the most common" in four and "cannot be made" in four
+    assert "Runs of 6 are the most common" in six and "would give 3 takes each" in six
