@@ -150,14 +150,17 @@ def on_poll(page: EnrollPage, job_id: str | None, armed: str | None) -> tuple:
             job_id if listening else None, gr.Timer(active=going), *switch)
 
 
-def on_load(page: EnrollPage, job_id: str | None) -> tuple:
-    """A visitor arrives (or reloads) or opens this tab: their job's line and bar, the poll timer
-    started while there is a job to follow or a finished one to switch to, the arrival timer
-    stopped. Not at page load: an event then delays the loading of the Listen tab's recorder, and
-    a Record pressed before it is there records nothing (Gradio 6.31)."""
+def on_load(page: EnrollPage, job_id: str | None, arrived: bool = True) -> tuple:
+    """A visitor arrives (or reloads: `arrived`, the arrival timer's tick) or opens this tab: their
+    job's line and bar, the poll timer started while there is a job to follow or a finished one to
+    switch to, the arrival timer stopped. Not at page load: an event then delays the loading of the
+    Listen tab's recorder, and a Record pressed before it is there records nothing (Gradio 6.31).
+    The tab opened just after a reload may come before the browser has read back the job's id:
+    finding none then leaves the arrival timer to look again."""
     view, once = page.jobs.view(job_id), gr.Timer(active=False)
     if view is None:
-        return "No job yet.", bar_html(None), gr.update(visible=False), gr.Timer(active=False), once
+        return ("No job yet.", bar_html(None), gr.update(visible=False), gr.Timer(active=False),
+                once if arrived else gr.skip())
     going = view["state"] in ("queued", "running")
     return (status_text(view), bar_html(view), gr.update(visible=going),
             gr.Timer(active=going or view["state"] == "done"), once)
@@ -318,7 +321,8 @@ def wire(page: EnrollPage, ui: SimpleNamespace, tab: gr.Tab, tabs: gr.Tabs, own:
     arrival = gr.Timer(ARRIVAL_S)                         # once, after the page has loaded: the visitor's job
     found = [ui.status, ui.bar, ui.cancel, timer, arrival]
     arrival.tick(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
-    tab.select(bind(on_load), [job], found, show_progress="hidden", api_visibility="private")
+    tab.select(lambda job_id: on_load(page, job_id, arrived=False), [job], found, show_progress="hidden",
+               api_visibility="private")
     own.input(bind(on_toggle), [job, own], [listen.threshold, listen.plot, page.listening], api_visibility="private")
 
 

@@ -115,3 +115,14 @@ assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "model", "tra
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == NO_TORCH
+
+
+def test_opening_the_tab_before_the_job_id_is_read_back_leaves_the_arrival_timer_to_find_it(page):
+    job_id, _, _ = on_start(page, "alexa", [], None)
+    early = demo_enroll.on_load(page, None, arrived=False)             # the tab, just after a reload
+    assert early[0] == "No job yet." and early[4] == demo_enroll.gr.skip(), "the arrival timer keeps going"
+    status, bar, cancel, timer, arrival = demo_enroll.on_load(page, job_id)   # its tick, the id read back
+    assert status.startswith("**alexa**: ") and timer.active and not arrival.active
+    none = demo_enroll.on_load(page, None)                             # the tick with no job: it stops
+    assert none[0] == "No job yet." and not none[4].active
+    page.jobs.wait(job_id, JOB_TIMEOUT_S)
