@@ -72,7 +72,7 @@ from .tts import SAMPLE_RATE, PhraseError
 DEFAULT_CHECKPOINT = REPO / "training" / "checkpoints" / "kws12.ckpt"
 NEGATIVE_WAKEWORDS = ("alexa",)                   # the even-numbered ones; never "snowboy"
 OTHER_WAKEWORDS = "mycroft_precise/{}/en"         # under the speech folder: Mycroft's wake words …
-OTHER_WAKEWORD_NAMES = ("athena", "amelia", "heychatterbox")   # … recorded by its contributors
+OTHER_WAKEWORD_NAMES = ("amelia", "heychatterbox")   # … recorded by its contributors (athena: the bench's)
 NEGATIVE_WORDS = (                                # synthetic negatives beside the phrase's pieces
     "hello hey okay yes no stop go up down left right on off one two three four five six seven "
     "eight nine zero music play pause next weather light lamp window door house phone call time "
