@@ -7,11 +7,12 @@ the stream it belongs to goes on with the next good chunk.
 import numpy as np
 import soxr
 
+from corpus.rate import RESAMPLE_QUALITY
+
 INT_FULL_SCALE = {np.dtype(np.int16): 2.0 ** 15, np.dtype(np.int32): 2.0 ** 31}   # → [−1, 1)
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 MAX_CHANNELS = 32          # more "channels" than this is a (channels, samples) array the wrong way round
 FLOAT_PEAK_LIMIT = 4.0     # float audio is [−1, 1]; far beyond, it is integer samples stored as floats
-RESAMPLE_QUALITY = "HQ"    # soxr's high quality: streamed output equals the offline resample exactly
 
 
 def describe(chunk) -> str:

@@ -16,7 +16,8 @@ import numpy as np
 from app.demo_session import Assistant
 from app.enroll_jobs import EnrollJobs, JobError, check_text, torch_missing
 from app.spotter import COMMAND_MODEL, KeywordModel
-from app.takes import MAX_TAKES, MIN_TAKES, SAMPLE_RATE, TakeError, check_take
+from app.takes import MAX_TAKES, MIN_TAKES, TakeError, check_take
+from corpus.rate import SAMPLE_RATE
 
 POLL_S = 1.0                 # the page asks for its job's state this often
 ARRIVAL_S = 5.0              # … and first this long after it loaded, to find the visitor's job

@@ -45,7 +45,7 @@ import soundfile as sf
 
 from app.spotter import KeywordModel, KeywordSpotter
 from corpus import phrases
-from app.takes import SAMPLE_RATE
+from corpus.rate import SAMPLE_RATE
 
 STATES = ("queued", "running", "done", "failed", "cancelled", "lost")
 FINISHED = ("done", "failed", "cancelled", "lost")

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import soxr
 
 from app.spotter import DEFAULT_MODEL, KeywordModel
 from corpus.clips import ClipError, fit_length, read_audio
+from corpus.rate import resample
 from corpus.splits import SPLITS, folder_splits
 
 CLIP_SECONDS = 1.0    # Speech Commands clips; what the models are trained on
@@ -48,8 +48,7 @@ def load_clips(clips, sample_rate: int) -> tuple[list, np.ndarray]:
         except ClipError as e:
             warnings.warn(f"skipping a corrupt clip: {e}", stacklevel=2)
             continue
-        if rate != sample_rate:
-            x = soxr.resample(x, rate, sample_rate).astype(np.float32)
+        x = resample(x, rate, sample_rate)
         kept.append(clip)
         audio.append(fit_length(x, samples))
     return kept, np.stack(audio) if audio else np.zeros((0, samples), np.float32)

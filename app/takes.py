@@ -15,11 +15,10 @@ A take is refused, with the reason, when it is
    for `alexa` is 2.5 s: a sentence, or the phrase said several times, is refused.
 """
 import numpy as np
-import soxr
 
-from app.audio import RESAMPLE_QUALITY, check_rate, to_mono_float32
+from app.audio import check_rate, to_mono_float32
+from corpus.rate import SAMPLE_RATE, resample   # takes are kept as enroll reads recordings: 16 kHz mono
 
-SAMPLE_RATE = 16_000         # takes are kept as enroll reads recordings: 16 kHz mono
 MIN_TAKES, MAX_TAKES = 3, 8  # takes the page asks for (none at all: text alone)
 MIN_TAKE_S = 0.3
 MAX_TAKE_S = 15.0
@@ -46,8 +45,7 @@ def check_take(chunk, sample_rate: int, phrase: str) -> np.ndarray:
     if not MIN_TAKE_S <= seconds <= MAX_TAKE_S:
         raise TakeError(f"the take lasts {seconds:.1f} s; a take lasts {MIN_TAKE_S:g}–{MAX_TAKE_S:g} s: "
                         f"press record, say the phrase once, press stop")
-    if rate != SAMPLE_RATE:
-        audio = soxr.resample(audio, rate, SAMPLE_RATE, quality=RESAMPLE_QUALITY).astype(np.float32)
+    audio = resample(audio, rate)
     levels = frame_dbfs(audio)
     if levels.max() < SILENT_DBFS:
         raise TakeError(f"the take is silent (loudest {levels.max():.0f} dBFS, under {SILENT_DBFS:g}): "

@@ -19,7 +19,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from app.spotter import HOP_SECONDS
 from corpus.clips import ClipError
 from corpus.folders import KEYWORD_FOLDER
-from model import SAMPLE_RATE, count_parameters
+from corpus.rate import SAMPLE_RATE
+from model import count_parameters
 from training.data import read_clips
 from training.evaluate import load_network, predict, select_clips
 

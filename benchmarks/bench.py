@@ -35,7 +35,8 @@ import onnx
 from app.evaluate import evaluate as evaluate_onnx
 from app.evaluate import save_confusion_png
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
-from benchmarks import ablation, bench_runtime, plots, stats
+from app.sweep import FEED_SECONDS, THRESHOLDS
+from benchmarks import ablation, bench_runtime, bench_stream, plots, stats
 from evaluation import streams as stream
 from benchmarks.report import machine
 from corpus.clips import ClipError
@@ -225,7 +226,7 @@ def run(args) -> dict:
 
     log(f"2. streaming detection over {args.stream_hours:g} h")
     t = time.monotonic()
-    sweep = stream.det(model, data, "testing", args.stream_hours, seed=0)
+    sweep = bench_stream.det(model, data, "testing", args.stream_hours, seed=0)
     sweep["seconds"] = time.monotonic() - t
     sweep["points"] = {name: stream.operating_point(sweep["rows"], fa) for name, fa in FA_POINTS.items()}
     report["stream"] = sweep
@@ -377,9 +378,9 @@ def markdown(r: dict) -> str:
     lines += ["", "![confusion matrix](confusion.png)", "",
               "## 2. Streaming detection", "",
               f"The runtime's `KeywordSpotter` as the demo runs it ({1000 * HOP_SECONDS:.0f} ms hops, the "
-              f"detection rules of `app/detection.py`), fed {stream.FEED_SECONDS:g} s at a time; a hit is the "
+              f"detection rules of `app/detection.py`), fed {FEED_SECONDS:g} s at a time; a hit is the "
               f"right keyword from the clip's start to {stream.HIT_WINDOW_S:g} s after its end, anything else "
-              f"a false accept. Sweep: thresholds {stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}; "
+              f"a false accept. Sweep: thresholds {THRESHOLDS[0]:.2f}–{THRESHOLDS[-1]:.4f}; "
               f"{st['seconds'] / 60:.1f} min to run.", "",
               "| operating point | result |", "| --- | --- |"]
     lines += [f"| ≤ {name} | {point_text(p, st['hours'])} |" for name, p in st["points"].items()]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import soxr
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -24,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from app import demo                                          # noqa: E402
 from benchmarks.demo_client import DemoServer, StreamVisitor         # noqa: E402
 from app.spotter import DEFAULT_MODEL, KeywordModel           # noqa: E402
+from corpus.rate import resample                              # noqa: E402
 from benchmarks.report import write_section                   # noqa: E402
 
 CLIPS = REPO / "tests" / "data" / "clips"
@@ -36,7 +36,7 @@ def browser_audio(path: Path) -> np.ndarray:
     """A clip at 48 kHz int16 with SILENCE_S of silence on each side."""
     x, rate = sf.read(path, dtype="float32")
     pad = np.zeros(int(SILENCE_S * RATE), np.float32)
-    x = np.concatenate([pad, soxr.resample(x, rate, RATE), pad])
+    x = np.concatenate([pad, resample(x, rate, RATE), pad])
     return np.round(np.clip(x, -1, 1) * 32767).astype(np.int16)
 
 

@@ -24,14 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from app.detection import detect
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
-from evaluation import streams as stream
-from benchmarks.plots import det_png
 from app.evaluate import evaluate
+from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
+from app.sweep import THRESHOLDS, score_track, sweep_detections
+from benchmarks.plots import det_png
 from benchmarks.report import write_section
-from corpus.clips import list_clips, read_audio
+from corpus.clips import UNKNOWN, list_clips, read_audio
+from corpus.folders import KEYWORD_FOLDER, default_data_root
 from corpus.splits import speaker_split
-from corpus.folders import default_data_root
+from evaluation import streams as stream
 
 HOURS = 10.0                  # the keyword stream (as `rotkws bench`)
 OTHER_HOURS = 2.0             # the stream of non-keyword speech only
@@ -43,23 +44,23 @@ PNG = Path(__file__).resolve().parents[1] / "bench" / "stream_det.png"
 
 def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
     """The operating point's (events, misses, false accepts) and, with `sweep`, the DET rows."""
-    totals = {float(th): np.zeros(3, np.int64) for th in stream.THRESHOLDS} if sweep else {}
+    totals = {float(th): np.zeros(3, np.int64) for th in THRESHOLDS} if sweep else {}
     sources = {th: np.zeros(len(stream.FA_SOURCES), np.int64) for th in totals}   # false accepts by kind
     rule = detection_settings(model, {})
     rule.pop("flush_s")                                    # the tracks are scored, not flushed
     point, seconds = np.zeros(3, np.int64), 0.0
     by_snr = np.zeros((len(stream.SNRS_DB), 2), np.int64)          # keyword events, misses
     for audio, events in streams:
-        times, scores = stream.score_track(model, audio)
+        times, scores = score_track(model, audio)
         found = detect(times, scores, model.labels, model.keywords, **rule)
         point += stream.score(found, events, model.keywords)
         for i, snr in enumerate(stream.SNRS_DB):
             by_snr[i] += stream.score(found, [e for e in events if e.snr_db == snr], model.keywords)[:2]
         if sweep:
-            for th, dets in stream.sweep_detections(times, scores, model.labels, model.keywords,
-                                                    stream.THRESHOLDS, smoothing=rule["smoothing"],
-                                                    min_hops=rule["min_hops"],
-                                                    refractory_s=rule["refractory_s"]).items():
+            for th, dets in sweep_detections(times, scores, model.labels, model.keywords,
+                                             THRESHOLDS, smoothing=rule["smoothing"],
+                                             min_hops=rule["min_hops"],
+                                             refractory_s=rule["refractory_s"]).items():
                 targets, hit, false = stream.matched(dets, events, model.keywords)
                 totals[th] += (len(targets), len(targets) - len(hit), len(false))
                 sources[th] += stream.false_accept_sources(false, events, model.keywords)
@@ -72,10 +73,36 @@ def on_streams(model: KeywordModel, streams, sweep: bool) -> dict:
             "missed_by_snr": {snr: int(m) / max(1, int(n)) for snr, (n, m) in zip(stream.SNRS_DB, by_snr)}}
 
 
+def add_sweep(totals: dict, times: np.ndarray, scores: np.ndarray, events, labels, keywords) -> None:
+    """Add one track's (keyword events, misses, false accepts) at each threshold of `totals`
+    ({threshold: counts}) to its counts."""
+    for th, dets in sweep_detections(times, scores, labels, keywords, list(totals)).items():
+        totals[th] += stream.score(dets, events, keywords)
+
+
+def det(model: KeywordModel, data: Path, split: str, hours: float, seed: int,
+        thresholds=THRESHOLDS) -> dict:
+    """Run the spotter over `hours` of stream (evaluation/streams.py: `segments`) and sweep the
+    thresholds (the runtime's defaults for the rest of the rule), as `rotkws bench` does: {"rows":
+    [{threshold, miss_rate, fa_per_hour, …}], "hours", "keyword_events", "other_events",
+    "segments", "seeds"}."""
+    totals = {float(th): np.zeros(3, np.int64) for th in thresholds}   # targets, misses, false
+    seconds, n_other, count = 0.0, 0, 0
+    for audio, events in stream.segments(data, model.labels, split, hours, seed):
+        add_sweep(totals, *score_track(model, audio), events, model.labels, model.keywords)
+        n_other += sum(e.label not in model.keywords for e in events)
+        seconds += len(audio) / model.sample_rate
+        count += 1
+    rows = stream.det_rows(totals, seconds / 3600)
+    return {"rows": rows, "hours": seconds / 3600, "keyword_events": int(rows[0]["keyword_events"]),
+            "other_events": n_other, "segments": count, "seeds": list(range(seed, seed + count)),
+            "split": split}
+
+
 def end_of_input(model: KeywordModel, data: Path) -> dict:
     """Testing-split keyword clips: found alone (flushed), alone without the flush's silence,
     and followed by END_SILENCE_S of silence."""
-    clips = [c for c in list_clips(data / stream.KEYWORD_FOLDER, model.labels)
+    clips = [c for c in list_clips(data / KEYWORD_FOLDER, model.labels)
              if c.label in model.keywords and speaker_split(c.speaker) == "testing"]
     found = {"alone": 0, "alone, flush_s = 0": 0, f"+ {END_SILENCE_S:g} s silence": 0}
     spotters = {"alone": KeywordSpotter(model), "alone, flush_s = 0": KeywordSpotter(model, flush_s=0.0),
@@ -131,7 +158,7 @@ def report(results: dict, hours: float, other_hours: float) -> str:
               f"keywords of testing-split speakers, from {clips} distinct clips (each heard about "
               f"{events / max(1, clips):.1f} times, at other gaps, noise and SNRs: one clip confidently heard as "
               f"another keyword costs about that many false accepts); the DET columns sweep one threshold for every keyword "
-              f"({stream.THRESHOLDS[0]:.2f}–{stream.THRESHOLDS[-1]:.4f}), the operating point is the model's "
+              f"({THRESHOLDS[0]:.2f}–{THRESHOLDS[-1]:.4f}), the operating point is the model's "
               f"own (its metadata: per keyword where `rotkws calibrate` chose them on validation streams). "
               f"DET curve: [bench/stream_det.png](bench/stream_det.png)."]
     return "\n".join(lines)
@@ -161,14 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     labels = next(iter(loaded.values())).labels
     keyword_streams = list(stream.segments(data, labels, "testing", args.hours, 0))
     other_streams = list(stream.segments(data, labels, "testing", args.other_hours, OTHER_SEED,
-                                         keep=lambda label: label == stream.UNKNOWN))
+                                         keep=lambda label: label == UNKNOWN))
     results = {}
     for name, model in loaded.items():
         print(f"{name}: {model.path}", file=sys.stderr, flush=True)
         results[name] = {"stream": on_streams(model, keyword_streams, sweep=True),
                          "other": on_streams(model, other_streams, sweep=False),
                          "end": end_of_input(model, data), "threshold": KeywordSpotter(model).threshold,
-                         "clips": evaluate(model, data / stream.KEYWORD_FOLDER, "testing")}
+                         "clips": evaluate(model, data / KEYWORD_FOLDER, "testing")}
     body = report(results, args.hours, args.other_hours)
     print(body)
     if not args.no_write:

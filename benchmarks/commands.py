@@ -1,7 +1,7 @@
 """`python -m benchmarks.commands --wake alexa.onnx [--commands kws12.onnx]`: a wake word, then a
 command, on a stream, the way assistants are used → a section of BENCHMARKS.md.
 
-The stream (evaluation/wakestream.py's mix: random order, 1–3 s pauses, background noise at
+The stream (evaluation/streams.py's mix: random order, 1–3 s pauses, background noise at
 10 dB SNR by peak frame energy): every testing-split clip of the ten commands (the Speech
 Commands test folder's speakers that corpus/splits.py keeps for testing; never trained on), each
 said COMMAND_GAP_S after a held-out recording of the wake phrase (the odd-numbered ones, cycled,
@@ -34,7 +34,7 @@ from benchmarks.report import machine, write_section
 from corpus.clips import ClipError, read_audio
 from corpus.folders import default_data_root
 from corpus.labels import KWS12_LABELS, KWS_WORDS
-from evaluation import speech, wakestream
+from evaluation import speech, streams
 from evaluation.streams import split_clips
 
 PHRASE = "alexa"              # the wake phrase of the stream (its held-out recordings)
@@ -47,7 +47,7 @@ SEED = 0
 FEED_S = 0.5                  # audio fed per process() call, as a microphone delivers it
 ALONE_SHARE = 1.0             # pieces with nothing after the wake phrase, per piece with a command
 SETTINGS = [(state, th) for state in ("reset", "carried") for th in (0.2, 0.3, 0.4, 0.5)]
-SNRS_DB = (wakestream.SNR_DB, 20.0, 40.0)   # the wake-word bench's noise, then quieter rooms
+SNRS_DB = (streams.SNR_DB, 20.0, 40.0)   # the wake-word bench's noise, then quieter rooms
 OUTCOMES = ("correct", "another", "none")
 SECTION = "commands"
 
@@ -55,14 +55,14 @@ SECTION = "commands"
 def spoken(audio: np.ndarray) -> np.ndarray:
     """The recording up to SPOKEN_TAIL_S after its last frame within SPOKEN_DB of its loudest (the
     wake-word recordings hold up to seconds of silence after the phrase)."""
-    w = wakestream.ENERGY_WINDOW
+    w = streams.ENERGY_WINDOW
     n = max(1, len(audio) // w)
     energy = (np.pad(audio, (0, max(0, w - len(audio))))[:n * w].reshape(n, -1).astype(np.float64) ** 2).sum(1)
     last = int(np.flatnonzero(energy >= energy.max() * 10 ** (-SPOKEN_DB / 10))[-1])
-    return audio[:(last + 1) * w + int(SPOKEN_TAIL_S * wakestream.SAMPLE_RATE)]
+    return audio[:(last + 1) * w + int(SPOKEN_TAIL_S * streams.SAMPLE_RATE)]
 
 
-def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.Item], list[dict]]:
+def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[streams.Item], list[dict]]:
     """The pieces (wake phrase, gap, command clip or WINDOW_S of silence) and the bench utterances,
     as stream items; and per piece (its label is its index) where the command starts within it
     (or would: the end of its gap) and which word it is (None: nothing is said)."""
@@ -78,45 +78,45 @@ def command_items(data: Path, rng, split: str = SPLIT) -> tuple[list[wakestream.
     items, pieces = [], []
     for k, clip in enumerate(after):
         wake = spoken(wakes[k % len(wakes)])
-        gap = int(rng.uniform(*COMMAND_GAP_S) * wakestream.SAMPLE_RATE)
+        gap = int(rng.uniform(*COMMAND_GAP_S) * streams.SAMPLE_RATE)
         if clip is None:
-            tail = np.zeros(int(WINDOW_S * wakestream.SAMPLE_RATE), np.float32)
+            tail = np.zeros(int(WINDOW_S * streams.SAMPLE_RATE), np.float32)
         else:
             tail, _ = read_audio(clip.path)
-            tail = tail * np.sqrt(wakestream.peak_energy(wake) / max(wakestream.peak_energy(tail), 1e-20))
-        items.append(wakestream.Item(np.concatenate([wake, np.zeros(gap, np.float32), tail]),
-                                     wakestream.PHRASE, str(len(pieces))))
-        pieces.append({"word": None if clip is None else clip.label, "command_at_s": (len(wake) + gap) / wakestream.SAMPLE_RATE})
+            tail = tail * np.sqrt(streams.peak_energy(wake) / max(streams.peak_energy(tail), 1e-20))
+        items.append(streams.Item(np.concatenate([wake, np.zeros(gap, np.float32), tail]),
+                                     streams.PHRASE, str(len(pieces))))
+        pieces.append({"word": None if clip is None else clip.label, "command_at_s": (len(wake) + gap) / streams.SAMPLE_RATE})
     said = [u for u in speech.utterances(data, SPEECH_SPLIT[split]) if not speech.holds_phrase(u.text, PHRASE)]
     for j in rng.permutation(len(said))[:len(clips)]:
-        items.append(wakestream.Item(speech.read(said[j].path), wakestream.SPEECH, said[j].speaker))
+        items.append(streams.Item(speech.read(said[j].path), streams.SPEECH, said[j].speaker))
     return items, pieces
 
 
-def build(data: Path, seed: int = SEED, snr_db: float = wakestream.SNR_DB,
-          split: str = SPLIT) -> tuple[np.ndarray, list[wakestream.Event], list[dict]]:
-    """(audio, events, pieces): every item once, in random order (wakestream.build), the noise
+def build(data: Path, seed: int = SEED, snr_db: float = streams.SNR_DB,
+          split: str = SPLIT) -> tuple[np.ndarray, list[streams.Event], list[dict]]:
+    """(audio, events, pieces): every item once, in random order (streams.build), the noise
     `snr_db` under each piece."""
     rng = np.random.default_rng(seed)
     items, pieces = command_items(data, rng, split)
-    once = sum(len(it.audio) for it in items) / wakestream.SAMPLE_RATE + len(items) * wakestream.PAUSE_S[0]
-    audio, events = wakestream.build(items, speech.noise_bed(data), once, rng, snr_db)
+    once = sum(len(it.audio) for it in items) / streams.SAMPLE_RATE + len(items) * streams.PAUSE_S[0]
+    audio, events = streams.build(items, speech.noise_bed(data), once, rng, snr_db)
     return audio, events, pieces
 
 
 def run(spotter: WakeCommandSpotter, audio: np.ndarray) -> list:
     """The spotter's WakeEvents over the whole stream, fed FEED_S at a time."""
     spotter.reset()
-    step, out = int(FEED_S * wakestream.SAMPLE_RATE), []
+    step, out = int(FEED_S * streams.SAMPLE_RATE), []
     for start in range(0, len(audio), step):
-        out += spotter.process(audio[start:start + step], wakestream.SAMPLE_RATE).events
+        out += spotter.process(audio[start:start + step], streams.SAMPLE_RATE).events
     return out + spotter.flush().events
 
 
-def score(wake_events, events: list[wakestream.Event], pieces: list[dict], hours: float) -> dict:
+def score(wake_events, events: list[streams.Event], pieces: list[dict], hours: float) -> dict:
     """Hits and their commands' outcomes, misses of the wake word, false wake-ups (module docstring)."""
     spans = [(e.start_s, e.start_s + pieces[int(e.label)]["command_at_s"], int(e.label))
-             for e in events if e.kind == wakestream.PHRASE]
+             for e in events if e.kind == streams.PHRASE]
     outcomes = {o: 0 for o in OUTCOMES}
     per_word = {w: {o: 0 for o in OUTCOMES} for w in KWS_WORDS}
     hit, false, false_commands, confusions, alone_hits, phantoms = set(), 0, 0, {}, 0, 0
@@ -231,10 +231,10 @@ def main(argv=None) -> int:
     results = []
     for snr in args.snr or SNRS_DB:
         audio, events, pieces = build(data, args.seed, snr, args.split)
-        hours = len(audio) / wakestream.SAMPLE_RATE / 3600
-        alone = sum(e.kind == wakestream.PHRASE and pieces[int(e.label)]["word"] is None for e in events)
-        counts = {"pieces": sum(e.kind == wakestream.PHRASE for e in events) - alone, "alone": alone,
-                  "utterances": sum(e.kind == wakestream.SPEECH for e in events)}
+        hours = len(audio) / streams.SAMPLE_RATE / 3600
+        alone = sum(e.kind == streams.PHRASE and pieces[int(e.label)]["word"] is None for e in events)
+        counts = {"pieces": sum(e.kind == streams.PHRASE for e in events) - alone, "alone": alone,
+                  "utterances": sum(e.kind == streams.SPEECH for e in events)}
         print(f"stream at {snr:g} dB: {hours:.2f} h, {counts['pieces']} commands after the wake word", file=sys.stderr)
         for state, threshold in args.rules:
             spotter = WakeCommandSpotter(wake, commands, command_state=state, command_threshold=threshold)

@@ -34,9 +34,9 @@ import numpy as np
 
 from app.detection import REFRACTORY_S, THRESHOLD
 from app.spotter import KeywordModel
-from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from corpus.rate import SAMPLE_RATE
+from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 
-SAMPLE_RATE = 16_000
 CHUNK = 1280                  # samples per call for the peers: 80 ms, as their own microphone loops read
 PEERS = ("openwakeword", "microwakeword", "pocketsphinx")
 PEER_MODULES = {"openwakeword": "pyopen_wakeword", "microwakeword": "pymicro_wakeword",

@@ -2,7 +2,7 @@
 words in a room where people talk, Picovoice's wake-word-benchmark protocol on the shared data,
 rotkws beside the peers in one run → a section of BENCHMARKS.md and the README's table.
 
-The stream (evaluation/wakestream.py): the `alexa` and `snowboy` recordings no training uses (the
+The stream (evaluation/streams.py): the `alexa` and `snowboy` recordings no training uses (the
 odd-numbered ones) and the bench speakers' read speech (evaluation/speech.py: speechocean762's
 `test` speakers and LJ Speech, none of them heard by any training or threshold; an utterance
 whose transcript holds a phrase's word left out), in random order, 1–3 s pauses, background
@@ -33,7 +33,7 @@ from benchmarks import engines
 from benchmarks.report import machine, write_section
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
-from evaluation import speech, wakestream
+from evaluation import speech, streams
 from training.paths import REPO
 
 HOURS = 5.0                   # the bench stream, at least
@@ -70,7 +70,7 @@ def run_engines(engine_list, audio: np.ndarray, jobs: int) -> list:
     return [engines.merge([runs[i] for i in g]) for g in groups]
 
 
-def bench_items(data: Path) -> tuple[list[wakestream.Item], dict]:
+def bench_items(data: Path) -> tuple[list[streams.Item], dict]:
     """The stream's items: every held-out recording of each bench phrase that decodes, and every
     bench utterance with none of the phrases' words; and what was read."""
     items, counts = [], {}
@@ -78,17 +78,17 @@ def bench_items(data: Path) -> tuple[list[wakestream.Item], dict]:
         n = 0
         for path in speech.wake_recordings(data, phrase):
             try:
-                items.append(wakestream.Item(speech.read(path), wakestream.PHRASE, phrase))
+                items.append(streams.Item(speech.read(path), streams.PHRASE, phrase))
                 n += 1
             except ClipError:
                 continue                                 # a few wake-word files do not decode
         counts[phrase] = n
     said = speech.utterances(data, "bench")
     said = [u for u in said if not any(speech.holds_phrase(u.text, p) for p in speech.BENCH_PHRASES)]
-    items += [wakestream.Item(speech.read(u.path), wakestream.SPEECH, u.speaker) for u in said]
+    items += [streams.Item(speech.read(u.path), streams.SPEECH, u.speaker) for u in said]
     counts["utterances"] = len(said)
     counts["speakers"] = len({u.speaker for u in said})
-    counts["speech_hours"] = sum(len(u.audio) for u in items if u.kind == wakestream.SPEECH) / 16_000 / 3600
+    counts["speech_hours"] = sum(len(u.audio) for u in items if u.kind == streams.SPEECH) / 16_000 / 3600
     return items, counts
 
 
@@ -96,9 +96,9 @@ def bench_stream(data: Path, hours: float = HOURS, seed: int = SEED):
     """(audio, events, counts): the bench stream (module docstring); counts of what it holds
     (`hours` may leave some of the items read out)."""
     items, _ = bench_items(data)
-    audio, events = wakestream.build(items, speech.noise_bed(data), hours * 3600, np.random.default_rng(seed))
-    said = [e for e in events if e.kind == wakestream.SPEECH]
-    counts = {p: sum(e.kind == wakestream.PHRASE and e.label == p for e in events) for p in speech.BENCH_PHRASES}
+    audio, events = streams.build(items, speech.noise_bed(data), hours * 3600, np.random.default_rng(seed))
+    said = [e for e in events if e.kind == streams.SPEECH]
+    counts = {p: sum(e.kind == streams.PHRASE and e.label == p for e in events) for p in speech.BENCH_PHRASES}
     counts |= {"utterances": len(said), "speakers": len({e.label for e in said}),
                "speech_hours": sum(e.end_s - e.start_s for e in said) / 3600}
     return audio, events, counts
@@ -108,7 +108,7 @@ def evaluate(run, events, hours: float) -> dict:
     """One engine's run over the stream → its DET rows, its default's figures and the budgets'."""
     rows = []
     for th in run.thresholds:
-        n, missed, places = wakestream.match(run.detections[float(th)], events, run.phrase)
+        n, missed, places = streams.match(run.detections[float(th)], events, run.phrase)
         fa = sum(places.values())
         rows.append({"threshold": float(th), "phrases": n, "missed": missed, "miss_rate": missed / max(1, n),
                      "false_accepts": fa, "fa_per_hour": fa / hours, "places": places})
@@ -144,7 +144,7 @@ def describe(counts: dict, hours: float, seed: int) -> str:
             f"`wakeword_benchmark_dev`, which no training uses) among {counts['utterances']} utterances "
             f"({counts['speech_hours']:.2f} h) of read speech by {counts['speakers']} speakers "
             f"({speech.SPLIT_SOURCES['bench']}; never trained on, never used for a threshold), "
-            f"1–3 s pauses, background noise everywhere at {wakestream.SNR_DB:g} dB SNR by peak frame "
+            f"1–3 s pauses, background noise everywhere at {streams.SNR_DB:g} dB SNR by peak frame "
             f"energy. Missed at 1 FA/h and 1 FA/10 h: the best threshold of each engine's sweep on this "
             f"stream; its default: for rotkws the threshold `enroll` stored (chosen on the "
             f"validation speakers' speech: {speech.SPLIT_SOURCES['validation']}), "

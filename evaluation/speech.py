@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 from corpus.clips import AUDIO_SUFFIXES, ClipError, read_audio
 from corpus.folders import NOISE_FOLDER, SPEECH_FOLDER, WAKEWORD_FOLDER
+from corpus.rate import SAMPLE_RATE, resample
 from corpus.splits import speaker_split
 
 SPEECH_SPLITS = ("training", "validation", "bench")
@@ -172,10 +172,10 @@ def wake_recordings(data: Path, phrase: str) -> list[Path]:
     return found
 
 
-def read(path: Path, rate: int = 16_000) -> np.ndarray:
+def read(path: Path, rate: int = SAMPLE_RATE) -> np.ndarray:
     """A file as (samples,) float32 at `rate` (resampled if it was stored otherwise)."""
     audio, got = read_audio(path)
-    return audio if got == rate else soxr.resample(audio, got, rate).astype(np.float32)
+    return resample(audio, got, rate)
 
 
 def noise_bed(data: Path) -> np.ndarray:

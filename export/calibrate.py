@@ -27,6 +27,7 @@ import numpy as np
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
 from app.spotter import KeywordModel, ModelError, detection_settings
+from app.sweep import THRESHOLDS, score_track, sweep_detections   # THRESHOLDS: the sweep of each keyword
 from evaluation import streams as stream
 
 from .onnx import write_metadata
@@ -36,14 +37,13 @@ HOURS = 20.0                  # validation stream length (≈ 3 min here): 20 fa
                               # share among ten keywords at 1 per hour
 FA_PER_HOUR = 1.0             # the false-accept budget the operating point is chosen for
 SEED = 1000                   # validation streams' seeds (the bench's test streams start at 0)
-THRESHOLDS = stream.THRESHOLDS   # the sweep of each keyword
 LAMBDAS = np.concatenate([[0.0], np.geomspace(1e-3, 1e4, 400)])   # misses traded per false accept
 
 
 def score_tracks(model: KeywordModel, data: Path, split: str, hours: float, seed: int):
     """[(times, scores, events, seconds)] of the spotter over `hours` of `split` streams, one per
     segment (evaluation/streams.py)."""
-    return [(*stream.score_track(model, audio), events, len(audio) / model.sample_rate)
+    return [(*score_track(model, audio), events, len(audio) / model.sample_rate)
             for audio, events in stream.segments(data, model.labels, split, hours, seed)]
 
 
@@ -53,7 +53,7 @@ def keyword_counts(model: KeywordModel, tracks, thresholds=THRESHOLDS) -> dict[s
     out = {k: np.zeros((len(thresholds), 3), np.int64) for k in model.keywords}
     for times, scores, events, _ in tracks:
         for k in model.keywords:
-            sweep = stream.sweep_detections(times, scores, model.labels, [k], thresholds)
+            sweep = sweep_detections(times, scores, model.labels, [k], thresholds)
             for i, th in enumerate(thresholds):
                 out[k][i] += stream.score(sweep[float(th)], events, [k])
     return out

@@ -2,7 +2,7 @@
 training/enroll.py). This command trains it, exports it as the streaming ONNX file `rotkws
 export` writes, and chooses its threshold on a stream of real speech through the runtime:
 the validation speakers (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither
-training nor the bench) in the wake-word bench's mix (evaluation/wakestream.py), the stored
+training nor the bench) in the wake-word bench's mix (evaluation/streams.py), the stored
 threshold the lowest that keeps them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour
 (`--fa-per-hour`). `rotkws calibrate FILE.onnx --fa-per-hour F` chooses it again for an enrolled
 file, on the same stream, without training (`retune`).
@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 from app.spotter import KeywordModel
+from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from evaluation import speech as real_speech
-from evaluation import wakestream
-from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from evaluation import streams
 from training import enroll as recipe
 from training import progress, tts
 from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
@@ -39,9 +39,9 @@ def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: 
     bench's mix, every utterance whose transcript holds the phrase or one of its words left out;
     `hours` 0: every utterance once."""
     said = [real_speech.read(u.path) for u in real_speech.utterances(data, "validation", phrase)]
-    items = [wakestream.Item(a, wakestream.SPEECH, "validation") for a in said]
-    seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(wakestream.PAUSE_S))
-    audio, _ = wakestream.build(items, noise, seconds, rng)
+    items = [streams.Item(a, streams.SPEECH, "validation") for a in said]
+    seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(streams.PAUSE_S))
+    audio, _ = streams.build(items, noise, seconds, rng)
     return audio, len(audio) / SAMPLE_RATE / 3600
 
 

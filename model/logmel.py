@@ -21,7 +21,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-SAMPLE_RATE = 16_000    # Hz: the corpus's audio, and every model's
+from corpus.rate import SAMPLE_RATE   # Hz: the corpus's audio, and every model's
+
 FRAME = 480             # samples per analysis frame (30 ms), periodic Hann window
 HOP = 160               # samples between frames (10 ms)
 FRAME_RATE = SAMPLE_RATE / HOP      # 100 frames per second

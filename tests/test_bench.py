@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
+from app.sweep import THRESHOLDS, sweep_detections
 from benchmarks import stats
 from evaluation import streams as stream
 from evaluation.streams import Event
@@ -57,8 +58,8 @@ def test_fast_sweep_gives_exactly_the_detectors_detections(seed, rule):
     times, scores = synthetic_track(seed)
     thresholds = [0.3, 0.45, 0.6, 0.75, 0.9, 0.99]
     defaults = rule["smoothing"] == SMOOTHING_HOPS and rule["min_hops"] == MIN_HOPS and rule["refractory_s"] == REFRACTORY_S
-    fast = (stream.sweep_detections(times, scores, LABELS, KEYWORDS, thresholds) if defaults else
-            stream.sweep_detections(times, scores, LABELS, KEYWORDS, thresholds, **rule))
+    fast = (sweep_detections(times, scores, LABELS, KEYWORDS, thresholds) if defaults else
+            sweep_detections(times, scores, LABELS, KEYWORDS, thresholds, **rule))
     for th in thresholds:
         slow = detect(times, scores, LABELS, KEYWORDS, threshold=th, **rule)
         assert [(d.keyword, d.time_s) for d in fast[th]] == [(d.keyword, d.time_s) for d in slow], th
@@ -87,7 +88,7 @@ def segment_counts(seed: int, segments: int = 6) -> np.ndarray:
     """(segments, thresholds, 3) counts as a sweep gives them: misses rise and false accepts
     fall with the threshold, each segment its own."""
     rng = np.random.default_rng(seed)
-    T = len(stream.THRESHOLDS)
+    T = len(THRESHOLDS)
     out = np.zeros((segments, T, 3), np.int64)
     out[..., 0] = 300
     out[..., 1] = np.sort(rng.integers(0, 300, (segments, T)), axis=1)
@@ -98,7 +99,7 @@ def segment_counts(seed: int, segments: int = 6) -> np.ndarray:
 def test_resampled_misses_choose_as_the_operating_point_does():
     counts, seconds = segment_counts(0), np.full(6, 1800.0)
     for fa in (10.0, 3.0, 1.0):
-        op = stream.operating_point(stream.det_rows(dict(zip(stream.THRESHOLDS, counts.sum(0))), 3.0), fa)
+        op = stream.operating_point(stream.det_rows(dict(zip(THRESHOLDS, counts.sum(0))), 3.0), fa)
         every = stream.resampled_misses(counts, seconds, fa, np.arange(6)[None])    # each segment once
         assert every[0] == pytest.approx(op["miss_rate"])
     picks = stream.segment_picks(6, draws=500, seed=1)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from corpus.rate import SAMPLE_RATE
 from training import kokoro, tts
 
-RATE = kokoro.SAMPLE_RATE
+RATE = SAMPLE_RATE
 
 
 def require_kokoro() -> None:

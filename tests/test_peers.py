@@ -10,7 +10,7 @@ from app.detection import detect
 from benchmarks import engines
 from conftest import REPO, data_root, require
 from evaluation import speech
-from evaluation.sweep import score_track
+from app.sweep import score_track
 
 RATE = engines.SAMPLE_RATE
 

@@ -188,14 +188,14 @@ def test_detect_names_a_wake_model_it_cannot_load(tmp_path, capsys):
 # -- the command bench ---------------------------------------------------------------------------
 def test_scoring_counts_hits_their_commands_and_false_wake_ups():
     from benchmarks.commands import score
-    from evaluation.wakestream import PHRASE, SPEECH, Event
+    from evaluation.streams import PHRASE, SPEECH, Event
     pieces = [{"word": "left", "command_at_s": 1.5}, {"word": "stop", "command_at_s": 1.2},
               {"word": "go", "command_at_s": 1.0}, {"word": "up", "command_at_s": 1.0},
               {"word": None, "command_at_s": 1.1}, {"word": None, "command_at_s": 1.1},
               {"word": None, "command_at_s": 1.1}]
-    events = [Event(PHRASE, "0", 10.0, 12.5), Event(SPEECH, "spk", 15.0, 19.0), Event(PHRASE, "1", 20.0, 22.0),
-              Event(PHRASE, "2", 30.0, 32.0), Event(PHRASE, "3", 40.0, 42.0),
-              Event(PHRASE, "4", 50.0, 55.0), Event(PHRASE, "5", 60.0, 65.0), Event(PHRASE, "6", 70.0, 75.0)]
+    events = [Event("0", 10.0, 12.5, PHRASE), Event("spk", 15.0, 19.0, SPEECH), Event("1", 20.0, 22.0, PHRASE),
+              Event("2", 30.0, 32.0, PHRASE), Event("3", 40.0, 42.0, PHRASE),
+              Event("4", 50.0, 55.0, PHRASE), Event("5", 60.0, 65.0, PHRASE), Event("6", 70.0, 75.0, PHRASE)]
     found = [WakeEvent("alexa", 11.0, 0.9, "left", 11.8, 0.9),      # correct
              WakeEvent("alexa", 16.0, 0.9, "up", 17.0, 0.8),        # a false wake-up with a command
              WakeEvent("alexa", 20.9, 0.9, "go", 21.5, 0.7),        # another command
@@ -240,21 +240,21 @@ def test_the_bench_runs_the_rules_asked_for_and_refuses_what_it_cannot_run(capsy
 def test_the_bench_stream_puts_each_command_where_it_says(shared_data):
     from benchmarks import commands
     from corpus.clips import read_audio
-    from evaluation import wakestream
+    from evaluation import streams
     from evaluation.streams import split_clips
     from corpus.labels import KWS12_LABELS
     rng = np.random.default_rng(0)
     items, pieces = commands.command_items(shared_data, rng)
-    phrase = [it for it in items if it.kind == wakestream.PHRASE]
-    said = [it for it in items if it.kind == wakestream.SPEECH]
+    phrase = [it for it in items if it.kind == streams.PHRASE]
+    said = [it for it in items if it.kind == streams.SPEECH]
     assert len(phrase) == len(pieces)
     alone = [(it, p) for it, p in zip(phrase, pieces) if p["word"] is None]
     assert len(said) == len(pieces) - len(alone) == round(len(alone) / commands.ALONE_SHARE) > 300
     assert {p["word"] for p in pieces} == set(commands.KWS_WORDS) | {None}
     # a wake phrase with nothing after it: the window's length of silence after its gap
     for it, p in alone[:20]:
-        rest = it.audio[round(p["command_at_s"] * wakestream.SAMPLE_RATE):]
-        assert len(rest) == round(commands.WINDOW_S * wakestream.SAMPLE_RATE) and not rest.any()
+        rest = it.audio[round(p["command_at_s"] * streams.SAMPLE_RATE):]
+        assert len(rest) == round(commands.WINDOW_S * streams.SAMPLE_RATE) and not rest.any()
     gaps = [p["command_at_s"] for p in pieces]
     assert min(gaps) > commands.COMMAND_GAP_S[0]
     # the command clip is the item's tail, starting where the piece says: a testing-split clip of
@@ -263,12 +263,12 @@ def test_the_bench_stream_puts_each_command_where_it_says(shared_data):
     for c in split_clips(shared_data, KWS12_LABELS, "testing"):
         by_word.setdefault(c.label, []).append(c.path)
     for it, p in list(zip(phrase, pieces))[:20]:
-        tail = it.audio[round(p["command_at_s"] * wakestream.SAMPLE_RATE):]
+        tail = it.audio[round(p["command_at_s"] * streams.SAMPLE_RATE):]
         scaled = lambda x: x / np.abs(x).max()
         assert any(len(tail) == len(a) and np.allclose(scaled(tail), scaled(a), atol=1e-6)
                    for a in (read_audio(path)[0] for path in by_word[p["word"]]))
-        wake = it.audio[:round(p["command_at_s"] * wakestream.SAMPLE_RATE)]
-        ratio = wakestream.peak_energy(tail) / wakestream.peak_energy(wake)
+        wake = it.audio[:round(p["command_at_s"] * streams.SAMPLE_RATE)]
+        ratio = streams.peak_energy(tail) / streams.peak_energy(wake)
         assert ratio == pytest.approx(1.0, rel=1e-3)
 
 

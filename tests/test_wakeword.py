@@ -1,4 +1,4 @@
-"""evaluation/speech.py and evaluation/wakestream.py, the wake-word bench's stream: items where
+"""evaluation/speech.py and evaluation/streams.py, the wake-word bench's stream: items where
 the events say, the SNR as defined, no phrase in the background, speakers disjoint between
 training, validation and bench; and benchmarks/wakeword.py's scoring of detections."""
 import numpy as np
@@ -7,10 +7,10 @@ import pytest
 from corpus.clips import ClipError
 from corpus.splits import speaker_split
 from conftest import data_root, require
-from evaluation import speech, wakestream
-from evaluation.wakestream import PHRASE, SPEECH, Event, Item
+from evaluation import speech, streams
+from evaluation.streams import PHRASE, SPEECH, Event, Item
 
-RATE = wakestream.SAMPLE_RATE
+RATE = streams.SAMPLE_RATE
 
 
 def tone(seconds: float, freq: float, level: float = 0.1) -> np.ndarray:
@@ -24,22 +24,22 @@ def items() -> list[Item]:
 
 
 def test_peak_energy_is_the_loudest_frame_of_squared_samples():
-    x = np.zeros(4 * wakestream.ENERGY_WINDOW, np.float32)
-    x[wakestream.ENERGY_WINDOW * 2 + 3] = 2.0
+    x = np.zeros(4 * streams.ENERGY_WINDOW, np.float32)
+    x[streams.ENERGY_WINDOW * 2 + 3] = 2.0
     x[5] = 1.0
-    assert wakestream.peak_energy(x) == pytest.approx(4.0)
-    assert wakestream.peak_energy(np.full(10, 0.5)) == pytest.approx(2.5)   # shorter than a frame
+    assert streams.peak_energy(x) == pytest.approx(4.0)
+    assert streams.peak_energy(np.full(10, 0.5)) == pytest.approx(2.5)   # shorter than a frame
 
 
 def test_each_item_is_where_its_event_says_and_the_pauses_are_the_protocols():
     pool = items()
-    stream, events = wakestream.build(pool, np.zeros(RATE * 20, np.float32), 60, np.random.default_rng(0))
+    stream, events = streams.build(pool, np.zeros(RATE * 20, np.float32), 60, np.random.default_rng(0))
     assert len(stream) >= 60 * RATE and len(events) >= 12
     by_label = {it.label: it for it in pool}
     end = 0.0
     for e in events:
         pause = e.start_s - end
-        assert wakestream.PAUSE_S[0] - 1e-9 <= pause <= wakestream.PAUSE_S[1] + 1e-9
+        assert streams.PAUSE_S[0] - 1e-9 <= pause <= streams.PAUSE_S[1] + 1e-9
         a, b = round(e.start_s * RATE), round(e.end_s * RATE)
         assert np.array_equal(stream[a:b], by_label[e.label].audio)        # no noise: the item itself
         assert not stream[round(end * RATE):a].any()                        # silence before it
@@ -53,49 +53,49 @@ def test_every_item_is_heard_at_the_snr_by_peak_frame_energy():
     rng = np.random.default_rng(1)
     noise = rng.standard_normal(RATE * 30).astype(np.float32) * 0.05
     pool = items()
-    stream, events = wakestream.build(pool, noise, 40, np.random.default_rng(2))
+    stream, events = streams.build(pool, noise, 40, np.random.default_rng(2))
     by_label = {it.label: it.audio for it in pool}
     for e in events:
         a, b = round(e.start_s * RATE), round(e.end_s * RATE)
         under = stream[a:b] - by_label[e.label]
-        snr = 10 * np.log10(wakestream.peak_energy(by_label[e.label]) / wakestream.peak_energy(under))
-        assert snr == pytest.approx(wakestream.SNR_DB, abs=1e-3)
+        snr = 10 * np.log10(streams.peak_energy(by_label[e.label]) / streams.peak_energy(under))
+        assert snr == pytest.approx(streams.SNR_DB, abs=1e-3)
         assert np.abs(stream[a - RATE // 2:a]).max() > 0                   # the pause has noise too
 
 
 def test_a_loud_piece_is_scaled_down_whole_keeping_its_snr():
     loud = [Item(tone(1.0, 440, 0.99), SPEECH, "x")]
     noise = np.random.default_rng(3).standard_normal(RATE * 10).astype(np.float32) * 0.5
-    stream, (e, *_) = wakestream.build(loud, noise, 1, np.random.default_rng(4))
+    stream, (e, *_) = streams.build(loud, noise, 1, np.random.default_rng(4))
     assert np.abs(stream).max() <= 1.0
     a, b = round(e.start_s * RATE), round(e.end_s * RATE)
     scale = np.dot(stream[a:b], loud[0].audio) / np.dot(loud[0].audio, loud[0].audio)   # the item's share
     under = stream[a:b] - scale * loud[0].audio
-    snr = 10 * np.log10(wakestream.peak_energy(scale * loud[0].audio) / wakestream.peak_energy(under))
-    assert scale < 1 and snr == pytest.approx(wakestream.SNR_DB, abs=0.05)
+    snr = 10 * np.log10(streams.peak_energy(scale * loud[0].audio) / streams.peak_energy(under))
+    assert scale < 1 and snr == pytest.approx(streams.SNR_DB, abs=0.05)
 
 
 def test_too_short_a_noise_bed_or_no_items_is_refused():
     with pytest.raises(ValueError, match="noise bed longer"):
-        wakestream.build(items(), np.zeros(100, np.float32), 10, np.random.default_rng(0))
+        streams.build(items(), np.zeros(100, np.float32), 10, np.random.default_rng(0))
     with pytest.raises(ValueError, match="got none"):
-        wakestream.build([], np.zeros(RATE * 10, np.float32), 10, np.random.default_rng(0))
+        streams.build([], np.zeros(RATE * 10, np.float32), 10, np.random.default_rng(0))
 
 
 def test_detections_are_hits_or_false_accepts_where_they_fell():
-    events = [Event(SPEECH, "s", 1.0, 4.0), Event(PHRASE, "alexa", 6.0, 8.0),
-              Event(PHRASE, "snowboy", 11.0, 13.0), Event(PHRASE, "alexa", 16.0, 18.0)]
+    events = [Event("s", 1.0, 4.0, SPEECH), Event("alexa", 6.0, 8.0, PHRASE),
+              Event("snowboy", 11.0, 13.0, PHRASE), Event("alexa", 16.0, 18.0, PHRASE)]
     times = [2.0,        # in speech
              7.5, 8.2,   # a hit, then its phrase again
              12.0,       # another phrase
              14.5,       # the pause: noise only
              4.9]        # within HIT_WINDOW_S after speech: still speech
-    n, missed, places = wakestream.match(times, events, "alexa")
+    n, missed, places = streams.match(times, events, "alexa")
     assert (n, missed) == (2, 1)
     assert places == {"speech": 2, "other phrase": 1, "its phrase again": 1, "noise": 1}
-    n, missed, places = wakestream.match([18.9], events, "alexa")           # just inside the window
+    n, missed, places = streams.match([18.9], events, "alexa")           # just inside the window
     assert (n, missed, sum(places.values())) == (2, 1, 0)
-    n, missed, places = wakestream.match([12.5], events, "snowboy")
+    n, missed, places = streams.match([12.5], events, "snowboy")
     assert (n, missed, sum(places.values())) == (1, 0, 0)
 
 

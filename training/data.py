@@ -17,7 +17,7 @@ from corpus.clips import (AUDIO_SUFFIXES, SILENCE, UNKNOWN, Clip, ClipError, fit
                        read_audio)
 from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, default_data_root
 from corpus.splits import SPLITS, folder_splits, speaker_split
-from model import SAMPLE_RATE
+from corpus.rate import SAMPLE_RATE
 from model.logmel import FRAME_RATE
 
 from .features import FeatureClips, FeatureDataset, clip_features, image_splits, recording_pixels, speech_splits

@@ -32,7 +32,7 @@
 5. The network (labels: the phrase, `_other_`) exports (export/enroll.py, the command) as the
    same streaming ONNX file `rotkws export` writes. Its threshold is chosen on a stream: the
    validation speakers' speech (VCC2016, the other speechocean762 `train` speakers) in the
-   wake-word bench's mix (evaluation/wakestream.py: 1–3 s pauses, noise at 10 dB by peak frame
+   wake-word bench's mix (evaluation/streams.py: 1–3 s pauses, noise at 10 dB by peak frame
    energy) run through the runtime; the stored threshold is the lowest that keeps it to
    ≤ VALIDATION_FA_PER_HOUR false accepts per hour, under the detection rule the file stores with it
    (WAKE_RULE: 800 ms of smoothing, two hops in a row), which training's mining applies as well.
@@ -52,11 +52,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from app.detection import moving_average
+from app.sweep import THRESHOLDS
 from corpus.clips import ClipError, read_audio, speaker_of
 from corpus.folders import IMAGE_TRAIN_ZIP, KEYWORD_FOLDER, NOISE_FOLDER, SAMPLE_FOLDER, WAKEWORD_FOLDER
 from corpus.labels import OTHER
 from evaluation import speech as real_speech
-from evaluation.sweep import THRESHOLDS
 from model.classifiers import load_checkpoint
 from model.logmel import CLIP_FRAMES, FRAME, FRAME_RATE, N_MELS, LogMelPixels, power_from_pixels
 from model.network import RotRNNClassifier, RotRNNConfig

@@ -24,9 +24,9 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import soxr
 
-SAMPLE_RATE = 16_000                 # Hz, the model's (training/tts.py)
+from corpus.rate import resample
+
 KOKORO_RATE = 24_000                 # Hz, what Kokoro writes
 MODEL_NAME = "kokoro-v1.0.int8.onnx"
 MODEL_BYTES = 92_361_271
@@ -204,7 +204,7 @@ class Kokoro:
         if path.is_file():
             return np.load(path)
         audio, rate = self.engine().create(text, who.style(self.table), speed=who.rate, lang=who.language)
-        audio = soxr.resample(np.asarray(audio, np.float32), rate, SAMPLE_RATE).astype(np.float32)
+        audio = resample(audio, rate)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
         np.save(tmp, audio)

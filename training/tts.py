@@ -27,11 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import soxr
 
 from corpus.phrases import MAX_PHRASE_CHARS, PhraseError, check_text, normalize_phrase  # noqa: F401
+from corpus.rate import SAMPLE_RATE, resample
 
-SAMPLE_RATE = 16_000             # Hz, the model's
 MAX_PHRASE_SECONDS = 2.5         # a wake phrase says in well under this at espeak-ng's default rate
 SILENCE_RMS = 1e-3               # a probe quieter than this (−60 dBFS) is silence
 MIN_VOICED_SECONDS = 0.15        # … and one with less sound than this has said nothing
@@ -87,7 +86,7 @@ def run(cmd: list[str], text: str | None = None) -> bytes:
 def to_16k(data, rate: int) -> np.ndarray:
     audio = np.asarray(data, np.float32)
     audio = audio.mean(1) if audio.ndim == 2 else audio
-    return audio if rate == SAMPLE_RATE else soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
+    return resample(audio, rate)
 
 
 def read_wav(data: bytes | Path) -> np.ndarray:

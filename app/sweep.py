@@ -1,6 +1,7 @@
 """A spotter's score track over a long stream, and its detections at every threshold of a sweep
 (a DET curve's raw material), exactly as the runtime's rule would give them one threshold at a
-time."""
+time. The runtime's own rule run fast; used by training/, export/ and benchmarks/ (evaluation/
+matches what it detects, without running a model)."""
 import numpy as np
 
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect, moving_average
