@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 def calibrate_enrolled(model: Path, out: Path, data: Path, fa_per_hour: float | None) -> int:
     """An enrolled wake word's threshold chosen again as enroll chooses it (export/enroll.py)."""
     from export.enroll import retune
-    from training.enroll import VALIDATION_FA_PER_HOUR
+    from app.wake_rule import VALIDATION_FA_PER_HOUR
     record = retune(model, out, data, fa_per_hour or VALIDATION_FA_PER_HOUR)
     print(json.dumps({"model": str(out), "threshold": record["threshold"], "was": record["retuned_from"],
                       "validation": {"false_accepts": record["validation_stream_false_accepts"],

@@ -1,11 +1,29 @@
-"""`rotkws enroll TEXT -o MODEL.onnx`: a wake word of your own, from text alone (the recipe:
-training/enroll.py). This command trains it, exports it as the streaming ONNX file `rotkws
-export` writes, and chooses its threshold on a stream of real speech through the runtime:
-the validation speakers (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither
-training nor the bench) in the wake-word bench's mix (evaluation/streams.py), the stored
-threshold the lowest that keeps them to ≤ VALIDATION_FA_PER_HOUR false accepts per hour
-(`--fa-per-hour`). `rotkws calibrate FILE.onnx --fa-per-hour F` chooses it again for an enrolled
-file, on the same stream, without training (`retune`).
+"""`rotkws enroll TEXT -o MODEL.onnx`: a wake word of your own, from text alone (or with recordings
+of it beside the text, `--recordings`). The recipe:
+
+1. The phrase is checked and spoken by Kokoro-82M's neural voices and by espeak-ng, flite and
+   festival in many voices (the positives), with the same engines saying other words and pieces
+   of the phrase (training/enroll.py: `gather`).
+2. Real negatives: the training split's continuous speech (every utterance whose transcript holds
+   the phrase or one of its words left out), Speech Commands words, other wake words' recordings,
+   background noise; synthetic sentences beside them (training/enroll.py). Never a recording of
+   the phrase, nor the bench's or the validation stream's speakers.
+3. Every example is 3 s of log-mel pixels after a 3-s warm-up that is not scored: an optional other
+   word or the end of a real sentence before, the item, room reverberation, background noise, then
+   the whole made quieter; synthetic clips go through the Opus codec as often as not, as the real
+   speech did (training/enroll_examples.py).
+4. The default checkpoint's lower blocks stay frozen; its top block, final norm and a new
+   two-class head (the phrase, `_other_`) train for a few minutes, hard negatives mined from the
+   speech, with a max-pooling term in the loss (training/enroll_fit.py).
+5. This command exports the network as the streaming ONNX file `rotkws export` writes and
+   chooses its threshold on a stream through the runtime: the validation speakers' speech
+   (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither training nor the
+   bench) in the wake-word bench's mix (evaluation/streams.py: 1–3 s pauses, noise at 10 dB by
+   peak frame energy); the stored threshold is the lowest that keeps them to ≤
+   VALIDATION_FA_PER_HOUR false accepts per hour (`--fa-per-hour`), under the detection rule the
+   file stores with it (app/wake_rule.py, WAKE_RULE: 800 ms of smoothing, two hops in a row),
+   which training's mining applies as well. `rotkws calibrate FILE.onnx --fa-per-hour F` chooses
+   it again for an enrolled file, on the same stream, without training (`retune`).
 """
 import argparse
 import json
@@ -21,12 +39,13 @@ from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
+from app.wake_rule import HELD_OUT_RATES, MAX_THRESHOLD, MIN_THRESHOLD, VALIDATION_FA_PER_HOUR, held_out_rates
+from corpus.rate import SAMPLE_RATE
 from evaluation import speech as real_speech
 from evaluation import streams
-from training import enroll as recipe
 from training import progress, tts
-from training.enroll import (DEFAULT_CHECKPOINT, MAX_THRESHOLD, MIN_THRESHOLD, SAMPLE_RATE,
-                             HELD_OUT_RATES, VALIDATION_FA_PER_HOUR, EnrollConfig, fit, held_out_rates)
+from training.enroll import EnrollConfig
+from training.enroll_fit import DEFAULT_CHECKPOINT, fit
 from training.kokoro import KokoroError
 from training.tts import PhraseError
 
@@ -79,7 +98,7 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     made = before.get("config", {})
     cfg = EnrollConfig(seed=int(made.get("seed", 0)), fa_per_hour=fa_per_hour,
                        validation_hours=float(made.get("validation_hours", 0.0)))
-    chosen = choose_on_stream(model_path, data, recipe.noise_audio(data), cfg, np.random.default_rng(cfg.seed))
+    chosen = choose_on_stream(model_path, data, real_speech.noise_bed(data), cfg, np.random.default_rng(cfg.seed))
     detection = json.loads(meta["detection"])
     record = {k: v for k, v in before.items() if k not in HELD_OUT_RATES} | chosen
     record["retuned_from"] = detection.get("threshold")
@@ -87,6 +106,7 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     return record
 
 
+VERIFY_CLIPS = 4              # positives the export is verified on against PyTorch
 INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_negatives",
                "speech_negatives", "tts_sentences", "kokoro_positives", "kokoro_negatives",
                "kokoro_sentences", "blocks", "epochs", "max_steps", "seed", "threads")
@@ -94,7 +114,7 @@ INT_OPTIONS = ("positives", "tts_negatives", "images", "wav_negatives", "noise_n
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     d = EnrollConfig()
-    p = argparse.ArgumentParser(prog="rotkws enroll", description=__doc__ + "\n" + recipe.__doc__,
+    p = argparse.ArgumentParser(prog="rotkws enroll", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("phrase", help="the words to spot, e.g. \"computer\"")
     p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
@@ -127,10 +147,10 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     """The whole recipe; returns what it measured (also in the file's metadata)."""
     started = time.perf_counter()
     trained = fit(phrase, checkpoint, data, cfg, say)
-    meta, items = trained.meta, trained.items
-    export_onnx(trained.net, output, meta=meta, clips=[a for a in items.positives[:4]])
+    meta = trained.meta
+    export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
     with progress.stage("threshold"):
-        chosen = choose_on_stream(output, data, items.noise, cfg, np.random.default_rng(cfg.seed))
+        chosen = choose_on_stream(output, data, trained.noise, cfg, np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})

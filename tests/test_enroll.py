@@ -1,4 +1,4 @@
-"""training/tts.py and training/enroll.py: a phrase spoken by the TTS engines, the phrases they
+"""training/tts.py and training/enroll*.py: a phrase spoken by the TTS engines, the phrases they
 cannot say, the examples' frame labels, and a tiny `rotkws enroll` whose ONNX file the runtime
 loads and runs."""
 import json
@@ -16,7 +16,10 @@ from test_web import node, reference, run_node   # noqa: F401  (node: the fixtur
 from export import enroll as command
 from export.onnx import read_metadata
 from model.logmel import PIXEL_SLOPE
+from app import wake_rule
 from training import enroll, tts
+from training import enroll_examples as examples
+from training import enroll_fit as fit
 from training.kokoro import CACHE_ENV
 from training.tts import PhraseError
 from test_kokoro import require_kokoro
@@ -90,12 +93,12 @@ def test_enroll_is_a_command():
 
 
 def test_targets_mark_the_end_of_the_phrase_and_nothing_else():
-    y = enroll.targets(300, at=100, end=60)                 # the phrase ends at frame 160
-    assert (y[:100] == enroll.OTHER_CLASS).all()
-    assert (y[100:155] == enroll.IGNORE).all()
-    assert (y[155:210] == enroll.PHRASE_CLASS).all()
-    assert (y[210:] == enroll.IGNORE).all()
-    assert (enroll.targets(300, at=40, end=None) == enroll.OTHER_CLASS).all()
+    y = examples.targets(300, at=100, end=60)                 # the phrase ends at frame 160
+    assert (y[:100] == examples.OTHER_CLASS).all()
+    assert (y[100:155] == examples.IGNORE).all()
+    assert (y[155:210] == examples.PHRASE_CLASS).all()
+    assert (y[210:] == examples.IGNORE).all()
+    assert (examples.targets(300, at=40, end=None) == examples.OTHER_CLASS).all()
 
 
 def test_an_example_places_the_phrase_end_between_1_and_2_3_seconds():
@@ -103,8 +106,8 @@ def test_an_example_places_the_phrase_end_between_1_and_2_3_seconds():
     item = np.full((80, 40), 120.0, np.float32)
     noise = np.full((1000, 40), 30.0, np.float32)
     for _ in range(20):
-        x, y = enroll.example(item, 70, None, 300, noise, rng)
-        first = int(np.flatnonzero(y == enroll.PHRASE_CLASS)[0]) + 5
+        x, y = examples.example(item, 70, None, 300, noise, rng)
+        first = int(np.flatnonzero(y == examples.PHRASE_CLASS)[0]) + 5
         assert 100 <= first <= 230 and x.shape == (300, 40) and x.max() <= 255
 
 
@@ -113,19 +116,19 @@ def test_a_warm_up_before_the_example_is_not_scored_and_the_phrase_follows_it():
     item, before = np.full((80, 40), 120.0, np.float32), np.full((150, 40), 90.0, np.float32)
     noise = np.full((1000, 40), 30.0, np.float32)
     for _ in range(20):
-        x, y = enroll.example(item, 70, None, 300, noise, rng, warm=200, before=before)
-        first = int(np.flatnonzero(y == enroll.PHRASE_CLASS)[0]) + 5
-        assert x.shape == (500, 40) and (y[:200] == enroll.IGNORE).all()
+        x, y = examples.example(item, 70, None, 300, noise, rng, warm=200, before=before)
+        first = int(np.flatnonzero(y == examples.PHRASE_CLASS)[0]) + 5
+        assert x.shape == (500, 40) and (y[:200] == examples.IGNORE).all()
         assert 300 <= first <= 430 and x[:150].min() > x[150:200].max()   # the speech, then a pause
 
 
 def test_every_example_is_made_quieter_by_a_gain_within_the_level_range():
     x = np.full((200, 30, 40), 200.0, np.float32)
     x[:, :10] = 0.0                                                          # silence below the floor
-    out = enroll.quieter(x.copy(), np.random.default_rng(0), batch=64)
+    out = examples.quieter(x.copy(), np.random.default_rng(0), batch=64)
     db = (out[:, 10:] - 200.0) / (PIXEL_SLOPE * np.log(10) / 10)     # pixels per decibel of power
     assert (out[:, :10] == 0).all() and np.allclose(db, db[:, :1, :1], atol=1e-3)   # one gain per example
-    lo, hi = enroll.LEVEL_DB
+    lo, hi = examples.LEVEL_DB
     assert lo - 1e-3 <= db.min() and db.max() <= hi + 1e-3
     assert db[:, 0, 0].max() - db[:, 0, 0].min() > 0.8 * (hi - lo)          # spread over the range
 
@@ -135,15 +138,15 @@ def test_the_peak_term_is_the_cross_entropy_where_each_example_comes_closest_to_
     import torch.nn.functional as F
     torch.manual_seed(0)
     logits = torch.randn(3, 40, 2, requires_grad=True)
-    y = torch.full((3, 40), enroll.OTHER_CLASS)
-    y[0, 20:30] = enroll.PHRASE_CLASS                      # a positive: its frames before the phrase count
-    y[0, 30:] = enroll.IGNORE
-    y[2, :] = enroll.IGNORE                                 # nothing scored: no peak
-    base = enroll.loss_fn(logits, y, 3.0)
-    margin = logits[..., enroll.PHRASE_CLASS] - logits[..., enroll.OTHER_CLASS]
+    y = torch.full((3, 40), examples.OTHER_CLASS)
+    y[0, 20:30] = examples.PHRASE_CLASS                      # a positive: its frames before the phrase count
+    y[0, 30:] = examples.IGNORE
+    y[2, :] = examples.IGNORE                                 # nothing scored: no peak
+    base = fit.loss_fn(logits, y, 3.0)
+    margin = logits[..., examples.PHRASE_CLASS] - logits[..., examples.OTHER_CLASS]
     peaks = [F.softplus(margin[0, :20].max()), F.softplus(margin[1].max())]
-    torch.testing.assert_close(enroll.loss_fn(logits, y, 3.0, 2.0), base + 2.0 * sum(peaks) / 2)
-    (enroll.loss_fn(logits, y, 3.0, 2.0) - base).backward()
+    torch.testing.assert_close(fit.loss_fn(logits, y, 3.0, 2.0), base + 2.0 * sum(peaks) / 2)
+    (fit.loss_fn(logits, y, 3.0, 2.0) - base).backward()
     touched = (logits.grad.abs().sum(-1) > 0).sum(1)
     assert touched.tolist() == [1, 1, 0]                    # the peak term moves one frame an example
 
@@ -157,7 +160,7 @@ def test_the_frozen_blocks_then_the_trained_ones_are_the_network(trained):
                                         frontend="logmel", chunk=16)).eval()
     pixels = torch.rand(3, 150, 40) * 255
     with torch.no_grad():
-        split = enroll.frame_logits(net, enroll.lower(net, pixels, trained), trained)
+        split = fit.frame_logits(net, fit.lower(net, pixels, trained), trained)
         whole, _ = net.frame_logits(pixels)
     torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
 
@@ -165,7 +168,7 @@ def test_the_frozen_blocks_then_the_trained_ones_are_the_network(trained):
 def test_the_room_keeps_length_and_peak():
     rng = np.random.default_rng(0)
     dry = np.sin(np.arange(8000) / 5).astype(np.float32) * 0.5
-    wet = enroll.room(dry, rng)
+    wet = examples.room(dry, rng)
     assert len(wet) >= len(dry) and np.isclose(np.abs(wet).max(), 0.5, atol=1e-6)
     assert not np.allclose(wet[: len(dry)], dry)
 
@@ -193,7 +196,7 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
     require_espeak()
     require_kokoro()
     data = require(data_root())
-    require(enroll.DEFAULT_CHECKPOINT)
+    require(fit.DEFAULT_CHECKPOINT)
     out = tmp_path_factory.mktemp("enroll") / "hey computer.onnx"
     argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
             "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--speech-negatives", "12",
@@ -211,14 +214,14 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
 def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     model = tiny_model
     assert model.labels == (TINY_PHRASE, OTHER) and model.keywords == (TINY_PHRASE,)
-    assert model.streaming and enroll.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= enroll.MAX_THRESHOLD
+    assert model.streaming and wake_rule.MIN_THRESHOLD <= model.meta["detection"]["threshold"] <= wake_rule.MAX_THRESHOLD
     stored = json.loads(read_metadata(model.path)["enroll"])
     sources = json.loads(read_metadata(model.path)["training_data"])
     assert sources["positives"]["kokoro"] == 6 and sum(sources["positives"].values()) >= 6 + 12   # every engine
     assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
-    assert model.meta["detection"] == {"threshold": stored["threshold"]} | enroll.WAKE_RULE   # and the rule
+    assert model.meta["detection"] == {"threshold": stored["threshold"]} | wake_rule.WAKE_RULE   # and the rule
     assert 0.05 <= stored["validation_stream_hours"] < 0.06
-    assert stored["validation_stream_false_accepts"] == 0 or stored["threshold"] == enroll.MAX_THRESHOLD
+    assert stored["validation_stream_false_accepts"] == 0 or stored["threshold"] == wake_rule.MAX_THRESHOLD
     scores = model.clip_scores(np.zeros(16_000, np.float32))
     assert scores.shape == (2,) and np.isclose(scores.sum(), 1, atol=1e-5)
     said = tts.synthesize(TINY_PHRASE, 1, np.random.default_rng(1)).clips[0]
@@ -237,13 +240,13 @@ def test_calibrate_chooses_an_enrolled_threshold_again_as_enroll_chose_it(tiny_m
     again = KeywordModel(same)                       # enroll's budget, enroll's stream: the same threshold
     assert again.meta["detection"] == tiny_model.meta["detection"]
     record = json.loads(read_metadata(same)["enroll"])
-    assert record["retuned_from"] == stored["threshold"] and record["fa_per_hour"] == enroll.VALIDATION_FA_PER_HOUR
+    assert record["retuned_from"] == stored["threshold"] and record["fa_per_hour"] == wake_rule.VALIDATION_FA_PER_HOUR
     assert record["validation_stream_hours"] == stored["validation_stream_hours"]
-    assert not set(enroll.HELD_OUT_RATES) & set(record)          # measured at the old threshold: dropped
+    assert not set(wake_rule.HELD_OUT_RATES) & set(record)          # measured at the old threshold: dropped
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["threshold"] == record["threshold"] and out["validation"]["fa_per_hour_allowed"] == 0.5
     assert calibrate.main([str(tiny_model.path), "-o", str(loose), "--data", data, "--fa-per-hour", "1e6"]) == 0
-    assert KeywordModel(loose).meta["detection"] == tiny_model.meta["detection"] | {"threshold": enroll.MIN_THRESHOLD}
+    assert KeywordModel(loose).meta["detection"] == tiny_model.meta["detection"] | {"threshold": wake_rule.MIN_THRESHOLD}
     with pytest.raises(ValueError, match="not a file `rotkws enroll` wrote"):
         command.retune(REPO / "app" / "models" / "kws12.onnx", tmp_path / "x.onnx", Path(data))
 
@@ -264,42 +267,42 @@ def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_bud
     assert command.stream_threshold(counts, hours=20.0, fa_per_hour=0.1) == 0.6   # 2 allowed
     assert command.stream_threshold(counts, hours=2.0, fa_per_hour=1.0) == 0.6    # 2 allowed
     assert command.stream_threshold(counts, hours=1.0, fa_per_hour=1.0) == 0.7    # 1 allowed
-    assert command.stream_threshold(counts, hours=2 / enroll.VALIDATION_FA_PER_HOUR) == 0.6   # the default
-    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == enroll.MAX_THRESHOLD   # none keeps it
-    assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == enroll.MIN_THRESHOLD
+    assert command.stream_threshold(counts, hours=2 / wake_rule.VALIDATION_FA_PER_HOUR) == 0.6   # the default
+    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == wake_rule.MAX_THRESHOLD   # none keeps it
+    assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == wake_rule.MIN_THRESHOLD
 
 
 def test_a_speech_window_is_utterances_run_together_with_short_pauses():
     rng = np.random.default_rng(0)
     utterances = [np.full((n, 40), v, np.float32) for n, v in ((120, 50.0), (80, 90.0), (200, 130.0))]
     for _ in range(20):
-        w = enroll.speech_window(utterances, 300, rng)
+        w = examples.speech_window(utterances, 300, rng)
         assert w.shape == (300, 40) and set(np.unique(w)) <= {0.0, 50.0, 90.0, 130.0}
         filled = w[:, 0] > 0
         assert filled[0]                                                     # it starts inside an utterance
         silent = np.flatnonzero(~filled)
         runs = np.split(silent, np.flatnonzero(np.diff(silent) > 1) + 1) if len(silent) else []
-        assert all(len(r) <= enroll.SPEECH_PAUSE_S[1] * enroll.FRAME_RATE + 1 for r in runs)   # pauses are short
+        assert all(len(r) <= examples.SPEECH_PAUSE_S[1] * examples.FRAME_RATE + 1 for r in runs)   # pauses are short
 
 
 def test_mined_draws_favour_the_speech_the_model_nearly_fires_on(monkeypatch):
     import torch
     hard = np.array([False, True, True, False])
     best = np.array([[0.0] * 5 + [1.0] * 5, [0.0] * 10])                  # hops of the two speech examples
-    monkeypatch.setattr(enroll, "hop_scores", lambda net, h, **kw: best)
+    monkeypatch.setattr(fit, "hop_scores", lambda net, h, **kw: best)
     net = torch.nn.Linear(1, 1)
     g = torch.Generator().manual_seed(0)
-    first = enroll.draws(net, torch.zeros(4, 3, 2), hard, 0, g)
+    first = fit.draws(net, torch.zeros(4, 3, 2), hard, 0, g)
     assert sorted(first.tolist()) == [0, 1, 2, 3]                          # before mining: a permutation
-    counts = np.bincount(torch.cat([enroll.draws(net, torch.zeros(4, 3, 2), hard, 1, g) for _ in range(2000)]), minlength=4)
-    weights = np.array([1, 1 + enroll.HARD_GAIN, 1, 1])
+    counts = np.bincount(torch.cat([fit.draws(net, torch.zeros(4, 3, 2), hard, 1, g) for _ in range(2000)]), minlength=4)
+    weights = np.array([1, 1 + fit.HARD_GAIN, 1, 1])
     assert np.allclose(counts / counts.sum(), weights / weights.sum(), atol=0.02)
 
 
 def test_the_codec_keeps_a_clip_its_length_and_its_sound():
     t = np.arange(16_000) / 16_000
     clip = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
-    coded = enroll.opus(clip)
+    coded = examples.opus(clip)
     assert coded.dtype == np.float32 and len(coded) == len(clip)
     assert np.corrcoef(coded[2000:-2000], clip[2000:-2000])[0, 1] > 0.9 and not np.array_equal(coded, clip)
 
@@ -307,11 +310,11 @@ def test_the_codec_keeps_a_clip_its_length_and_its_sound():
 def test_hop_scores_are_smoothed_as_the_runtime_smooths_an_enrolled_file():
     from app.detection import moving_average
     raw = np.random.default_rng(0).random((3, 30))
-    ours = enroll.smooth(raw)
+    ours = wake_rule.smooth(raw)
     for row, mine in zip(raw, ours):
-        runtime = moving_average(row[:, None], enroll.WAKE_SMOOTHING_HOPS, np.zeros((0, 1)))[:, 0]
+        runtime = moving_average(row[:, None], wake_rule.WAKE_SMOOTHING_HOPS, np.zeros((0, 1)))[:, 0]
         assert np.allclose(mine, runtime, atol=1e-12)                      # from the first hop
-    assert enroll.smooth(np.zeros((0, 30))).shape == (0, 30)
+    assert wake_rule.smooth(np.zeros((0, 30))).shape == (0, 30)
 
 
 def test_the_best_run_is_the_threshold_at_which_the_stored_rule_starts_to_fire():
@@ -322,9 +325,9 @@ def test_the_best_run_is_the_threshold_at_which_the_stored_rule_starts_to_fire()
     for _ in range(20):
         phrase = rng.random(40) ** 3
         scores = np.stack([phrase, 1 - phrase], 1)
-        best = enroll.best_runs(enroll.smooth(phrase[None]))[0]
+        best = wake_rule.best_runs(wake_rule.smooth(phrase[None]))[0]
         fire = lambda th: detect(np.arange(40) * 0.1, scores, ("p", OTHER), ("p",), threshold=th,
-                                 refractory_s=0.0, **enroll.WAKE_RULE)
+                                 refractory_s=0.0, **wake_rule.WAKE_RULE)
         assert fire(best - 1e-9) and not fire(best + 1e-9)
 
 
@@ -339,8 +342,8 @@ def test_the_bundled_wake_word_is_an_enrolled_file_that_hears_real_recordings_it
     model = KeywordModel(WAKE_MODEL)
     settings = detection_settings(model, {})
     assert model.labels == ("alexa", OTHER) and model.keywords == ("alexa",) and model.streaming
-    assert {k: settings[k] for k in enroll.WAKE_RULE} == enroll.WAKE_RULE
-    assert enroll.MIN_THRESHOLD <= settings["threshold"] < enroll.MAX_THRESHOLD   # chosen on the stream
+    assert {k: settings[k] for k in wake_rule.WAKE_RULE} == wake_rule.WAKE_RULE
+    assert wake_rule.MIN_THRESHOLD <= settings["threshold"] < wake_rule.MAX_THRESHOLD   # chosen on the stream
     heard = []
     for path in sorted((REPO / "tests" / "data" / "wakeword" / "alexa").glob("*.flac")):
         audio, rate = sf.read(path, dtype="float32")

@@ -14,7 +14,7 @@ festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts`):
   and speaker (`say_kokoro`, `kokoro_random`).
 
 `synthesize(text, n, rng)` returns n clips, (samples,) float32 @ 16 kHz, peak-normalised; the
-caller adds rooms and noise (training/enroll.py). `check_phrase` rejects what cannot be said.
+caller adds rooms and noise (training/enroll_examples.py). `check_phrase` rejects what cannot be said.
 """
 import io
 import re
