@@ -23,8 +23,9 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# app/ holds the runtime, the demo and app/models/ (the bundled models, installed as package data);
-# corpus/ the audio reading and data folders it shares with training
+# rotkws/ holds the `rotkws` command; app/ the runtime, the demo and app/models/ (the bundled models,
+# installed as package data); corpus/ the audio reading and data folders it shares with training
+COPY rotkws/ rotkws/
 COPY app/ app/
 COPY corpus/ corpus/
 RUN pip install "./[app]" \
@@ -61,6 +62,7 @@ RUN apt-get update \
 RUN useradd --create-home --uid 10001 --user-group rotkws
 WORKDIR /home/rotkws/rotkws
 COPY --chown=rotkws pyproject.toml README.md ./
+COPY --chown=rotkws rotkws/ rotkws/
 COPY --chown=rotkws model/ model/
 COPY --chown=rotkws training/ training/
 COPY --chown=rotkws export/ export/

@@ -19,21 +19,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
-import numpy as np
 import pandas as pd
 
 from app import demo_enroll
-from app.demo_session import (GAIN_RANGE_DB, PLOT_WINDOW_S, WINDOW_SERIES, Assistant, DemoSession, WakeSession,
-                               new_session, wake_series)
+from app.demo_controls import THRESHOLD_RANGE, Served, plot_colors, slider_start, slider_threshold
+from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, Assistant, DemoSession, WakeSession, new_session
 from app.detect import keyword_list
 from app.enroll_jobs import EnrollJobs, JobsInUse
-from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, detection_settings, listened
+from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, listened
 from app.twostage import WINDOW_S
 
 HOST = "127.0.0.1"           # loopback unless told otherwise (--host 0.0.0.0 in the container)
 PORT = 7860
 MAX_FILE_BYTES = 20 * 2**20  # uploads above 20 MB are refused by the server (HTTP 413)
-THRESHOLD_RANGE = (0.05, 0.99)  # the threshold slider's span; it starts at the model's operating point
 STREAM_EVERY_S = 0.5         # the browser sends the microphone in pieces of this length
 MAX_LISTENERS = 64           # visitors streaming at once: a recording holds one slot until it stops
 STREAM_TIME_LIMIT_S = 1800   # a recording stops after 30 min, so a forgotten tab frees its slot
@@ -45,10 +43,6 @@ WEB_DIR = Path(__file__).resolve().parent / "web"   # static files served at /we
 ORT_WEB_DIR = WEB_DIR.parents[1] / "node_modules" / "onnxruntime-web" / "dist"   # `npm ci`'s, when there
 ORT_WEB_URL = "/node_modules/onnxruntime-web/dist"   # … served here: /web/'s first place to look
 JOBS_DIR = Path.home() / ".cache" / "rotkws" / "enroll-jobs"   # the enroll tab's jobs (--jobs)
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]   # one fixed colour per keyword, so a line keeps its colour
-WAKE_COLOR = "#000000"       # on a two-stage page: the wake word's line
-WINDOW_COLOR = "#b0b0b0"     # … and the command window's
 CSS = "#detections textarea { font-family: ui-monospace, monospace; }"
 
 INTRO = """# rotkws: keyword spotting with RotRNN
@@ -60,8 +54,6 @@ Press **Record**, allow the microphone and say {wake}, then a command: {commands
 The wake word opens a {window:g}-second window in which the command model listens (the grey line
 on the plot, at the score a command must reach); the log shows each wake word and the command
 heard after it."""
-
-Served = KeywordModel | Assistant   # what the page runs: one model, or a wake word and its commands
 
 
 # ─── handlers: (inputs…, session) → (scores, plot, log, latency, session) ───
@@ -157,28 +149,6 @@ def build_demo(model: Served | None = None, jobs: EnrollJobs | None = None) -> g
     return demo
 
 
-def slider_start(model: Served) -> tuple[float, str]:
-    """The threshold slider's first value (the model's operating point, the wake model's on a
-    two-stage page; its median when the model has one threshold per keyword) and, then, those
-    thresholds as text."""
-    point = detection_settings(thresholded(model), {})["threshold"]
-    if not isinstance(point, dict):
-        return float(np.clip(point, *THRESHOLD_RANGE)), ""
-    start = float(np.clip(np.round(np.median(list(point.values())), 2), *THRESHOLD_RANGE))
-    return start, ", ".join(f"{k} {v:.2f}" for k, v in point.items())
-
-
-def thresholded(model: Served) -> KeywordModel:
-    """The model whose threshold the slider sets: the wake model on a two-stage page."""
-    return model.wake if isinstance(model, Assistant) else model
-
-
-def slider_threshold(model: Served, value: float | None) -> float | None:
-    """The slider's value as a threshold: None (the model's own operating point, per keyword
-    where it has one) while the slider stays where it started."""
-    return None if value is None or value == slider_start(model)[0] else value
-
-
 def layout(model: Served) -> SimpleNamespace:
     """The components: controls on the left, what the spotter hears on the right."""
     gr.Markdown(intro(model))
@@ -220,16 +190,6 @@ def intro(model: Served) -> str:
         return INTRO.format(keywords=", ".join(f"*{k}*" for k in model.keywords))
     return INTRO_WAKE.format(wake=" or ".join(f"*{k}*" for k in model.wake_words), window=model.spotter().window_s,
                              commands=", ".join(f"*{k}*" for k in model.commands.keywords))
-
-
-def plot_colors(model: Served) -> dict[str, str]:
-    """One fixed colour per series of the plot: each keyword's from PALETTE; on a two-stage page
-    the wake words' WAKE_COLOR, the commands' and the window's WINDOW_COLOR."""
-    if not isinstance(model, Assistant):
-        return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.keywords)}
-    wake = {wake_series(k): WAKE_COLOR for k in model.wake_words}
-    commands = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(model.commands.keywords)}
-    return wake | commands | {WINDOW_SERIES: WINDOW_COLOR}
 
 
 def wire(model: Served, session: gr.State, ui: SimpleNamespace, own: tuple = ((), lambda: None)) -> None:

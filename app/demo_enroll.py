@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import gradio as gr
 import numpy as np
 
+from app.demo_controls import plot_colors, slider_start
 from app.demo_session import Assistant
 from app.enroll_jobs import EnrollJobs, JobError, check_text, torch_missing
 from app.spotter import COMMAND_MODEL, KeywordModel
@@ -170,7 +171,6 @@ def on_load(page: EnrollPage, job_id: str | None, arrived: bool = True) -> tuple
 def listen_with(page: EnrollPage, job_id: str, phrase: str) -> tuple:
     """The Listen tab selected, running the visitor's wake word: its toggle ticked and shown, the
     threshold slider at the threshold enroll stored, the plot's colours for its series."""
-    from app.demo import plot_colors, slider_start
     assistant = page.assistant(job_id)
     toggle = gr.update(value=True, visible=True, label=own_label(phrase))
     return (gr.Tabs(selected=LISTEN_TAB), toggle, gr.update(value=slider_start(assistant)[0]),
@@ -183,14 +183,12 @@ def listen_without(page: EnrollPage) -> tuple:
 
 
 def shared_controls(page: EnrollPage) -> tuple:
-    from app.demo import plot_colors, slider_start
     return gr.update(value=slider_start(page.shared)[0]), gr.update(color_map=plot_colors(page.shared))
 
 
 def on_toggle(page: EnrollPage, job_id: str | None, use_own: bool) -> tuple:
     """The visitor ticked or unticked their wake word: the threshold slider and the plot follow
     (outputs: threshold, plot, the job the Listen tab runs)."""
-    from app.demo import plot_colors, slider_start
     listening = job_id if use_own and page.assistant(job_id) else None
     runs = page.served(listening) or page.shared
     return gr.update(value=slider_start(runs)[0]), gr.update(color_map=plot_colors(runs)), listening

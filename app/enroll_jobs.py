@@ -10,7 +10,7 @@ How it works:
 1. A job is a folder under `root`: `job.json` (its state, rewritten at every change), `takes/`
    (the takes as 16-bit WAV), `work/` (enroll's output and TMPDIR while it runs) and, when it is
    done, `model.onnx` and `enroll.log` (enroll's stderr).
-2. One worker thread runs the oldest queued job as its own process (`python -m export.enroll PHRASE
+2. One worker thread runs the oldest queued job as its own process (`python -m rotkws.enroll_cli PHRASE
    -o work/model.onnx --progress json --recordings takes/… EXTRA`), in its own process group so
    the page and its other visitors keep the server's CPU time and a cancel ends every process it
    started. The JSON lines it writes (training/progress.py) are the job's stage, percent and
@@ -103,7 +103,7 @@ def check_text(phrase: str) -> str:
 
 def enroll_command(phrase: str, output: Path, takes: list[Path], extra: list[str]) -> list[str]:
     """`rotkws enroll` as a process that reports in JSON lines."""
-    command = [sys.executable, "-m", "export.enroll", "-o", str(output), "--progress", "json"]
+    command = [sys.executable, "-m", "rotkws.enroll_cli", "-o", str(output), "--progress", "json"]
     recordings = ["--recordings", *map(str, takes)] if takes else []
     return command + recordings + list(extra) + ["--", phrase]     # a phrase may start with "-"
 

@@ -22,7 +22,7 @@ from corpus.folders import KEYWORD_FOLDER
 from corpus.rate import SAMPLE_RATE
 from model import count_parameters
 from training.data import read_clips
-from training.evaluate import load_network, predict, select_clips
+from training.checkpoint_scorer import load_network, predict, select_clips
 
 CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
 

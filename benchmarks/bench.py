@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from app.evaluate import evaluate as evaluate_onnx
-from app.evaluate import save_confusion_png
+from app.clip_accuracy import evaluate as evaluate_onnx
+from app.clip_accuracy import save_confusion_png
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
 from app.sweep import FEED_SECONDS, THRESHOLDS
 from benchmarks import ablation, bench_runtime, bench_stream, plots, stats
@@ -184,7 +184,7 @@ def model_path(args, out: Path) -> Path:
     if not args.checkpoint:
         return Path(args.model) if args.model else DEFAULT_MODEL
     from export.onnx import export_onnx
-    from training.evaluate import load_network
+    from training.checkpoint_scorer import load_network
     path = out / "model.onnx"
     export_onnx(load_network(Path(args.checkpoint)), path,
                 meta={"training_data": f"checkpoint {args.checkpoint}"})
@@ -257,7 +257,7 @@ def run(args) -> dict:
         for arm in args.arms:
             log(f"  exporting and timing {arm} seed 0")
             from export.onnx import export_onnx
-            from training.evaluate import load_network
+            from training.checkpoint_scorer import load_network
             onnx_path = ablation.run_dir(out, arm, 0) / "model.onnx"
             export_onnx(load_network(Path(arms[arm]["runs"][0]["checkpoint"])), onnx_path)
             arms[arm]["onnx_cost"] = onnx_cost(onnx_path, args.timing_seconds, args.rounds, threads=(1,))

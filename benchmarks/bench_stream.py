@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from app.detection import detect
-from app.evaluate import evaluate
+from app.clip_accuracy import evaluate
 from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
 from app.sweep import THRESHOLDS, score_track, sweep_detections
 from benchmarks.plots import det_png

@@ -378,7 +378,7 @@ def timed(runs: dict[str, int], out: Path) -> dict[str, dict]:
     model (1 thread), the arms in turn within each round, so that whatever else the machine runs
     weighs on each alike; the median round's ms."""
     from export.onnx import export_onnx
-    from training.evaluate import load_network
+    from training.checkpoint_scorer import load_network
     paths = {}
     for arm, seed in runs.items():
         paths[arm] = ablation.run_dir(out, arm, seed) / "best.onnx"

@@ -134,7 +134,7 @@ class DemoServer:
 
     def __init__(self, model: Path | None = None, command: list[str] | None = None):
         self.port = free_port()
-        self.command = (command or [sys.executable, "-m", "app.cli", "demo"]) + [
+        self.command = (command or [sys.executable, "-m", "rotkws", "demo"]) + [
             "--host", "127.0.0.1", "--port", str(self.port)] + (["--model", str(model)] if model else [])
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None

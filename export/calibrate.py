@@ -15,7 +15,7 @@ measurement is stored beside it (`calibration`).
 A file `rotkws enroll` wrote (a wake word) is calibrated as enroll calibrates it: the lowest
 threshold whose false accepts on enroll's validation stream of real speech stay within
 --fa-per-hour (default: enroll's VALIDATION_FA_PER_HOUR), its own seed and length; --hours and
---seed are the command models' (export/enroll.py: `retune`).
+--seed are the command models' (export/wake_threshold.py: `retune`).
 """
 import argparse
 import datetime
@@ -28,9 +28,11 @@ import numpy as np
 from app.detection import MIN_HOPS, REFRACTORY_S, SMOOTHING_HOPS, detect
 from app.spotter import KeywordModel, ModelError, detection_settings
 from app.sweep import THRESHOLDS, score_track, sweep_detections   # THRESHOLDS: the sweep of each keyword
+from app.wake_rule import VALIDATION_FA_PER_HOUR
 from evaluation import streams as stream
 
 from .onnx import write_metadata
+from .wake_threshold import retune
 
 SPLIT = "validation"          # calibration never sees testing-split speakers
 HOURS = 20.0                  # validation stream length (≈ 3 min here): 20 false accepts to
@@ -141,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def calibrate_enrolled(model: Path, out: Path, data: Path, fa_per_hour: float | None) -> int:
-    """An enrolled wake word's threshold chosen again as enroll chooses it (export/enroll.py)."""
-    from export.enroll import retune
-    from app.wake_rule import VALIDATION_FA_PER_HOUR
+    """An enrolled wake word's threshold chosen again as enroll chooses it (export/wake_threshold.py)."""
     record = retune(model, out, data, fa_per_hour or VALIDATION_FA_PER_HOUR)
     print(json.dumps({"model": str(out), "threshold": record["threshold"], "was": record["retuned_from"],
                       "validation": {"false_accepts": record["validation_stream_false_accepts"],

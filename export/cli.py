@@ -59,7 +59,7 @@ def real_clips(data: Path | None, labels) -> list[np.ndarray]:
 
 def onnx_accuracy(model: Path | bytes, data: Path, split: str) -> dict:
     """The clip accuracy of an ONNX file (or serialised graph) on --data's split."""
-    from app.evaluate import evaluate
+    from app.clip_accuracy import evaluate
     from app.spotter import KeywordModel
     r = evaluate(KeywordModel(model), data, split)
     clips = "every clip in the folder" if split == "all" else f"the {split} split (corpus/splits.py)"

@@ -1,5 +1,6 @@
 """RotRNN in pure PyTorch: the layer, the one chunked op, the keyword classifier; the DS-CNN
-baseline beside it, and the dispatch between them (model/classifiers.py)."""
+baseline beside it, and the dispatch between them (model/classifiers.py). Imports torch and
+corpus/ (the sample rate) only: no Lightning, no file I/O beyond checkpoints."""
 from .classifiers import (build_classifier, checkpoint_payload, classifier_config,
                           classifier_from_checkpoint)
 from .cnn import DSCNN, CNNConfig, LogMel

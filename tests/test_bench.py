@@ -137,7 +137,7 @@ def test_stream_is_seeded_and_its_ground_truth_is_where_the_speech_is(shared_dat
 
 
 def test_bench_refuses_a_folder_without_the_data_and_unknown_arms(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "app.cli", "bench", *a], cwd=REPO,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rotkws", "bench", *a], cwd=REPO,
                                     capture_output=True, text=True, timeout=300)
     r = run("--quick", "--data", str(tmp_path), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "lacks speech_commands_v0.02_test_dev" in r.stderr
@@ -150,7 +150,7 @@ def test_quick_bench_writes_the_whole_report(shared_data, tmp_path):
     out = tmp_path / "bench"
     readme = (REPO / "README.md").read_text()
     env = dict(os.environ, ROTKWS_DATA=str(shared_data))
-    r = subprocess.run([sys.executable, "-m", "app.cli", "bench", "--quick", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "rotkws", "bench", "--quick", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=1500, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (REPO / "README.md").read_text() == readme                   # quick never touches it

@@ -192,7 +192,7 @@ def wake_command_48k(wake_clip, command_clip, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def wake_server() -> str:
     """`rotkws demo --wake WAKE_MODEL [--wake-keywords …]`, the bundled command stage as the commands."""
-    command = [sys.executable, "-m", "app.cli", "demo", "--wake", str(WAKE_MODEL)]
+    command = [sys.executable, "-m", "rotkws", "demo", "--wake", str(WAKE_MODEL)]
     if WAKE_KEYWORDS is not None:
         command += ["--wake-keywords", ",".join(WAKE_KEYWORDS)]
     with DemoServer(command=command) as url:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app import cli
+from rotkws import cli
 from conftest import CLIPS, REPO
 from onnx_models import META, exported
 
@@ -62,7 +62,7 @@ def test_detect_refuses_a_bad_file_by_name_and_goes_on(model, tmp_path, capsys, 
 @pytest.mark.parametrize("case", ["nan", "huge", "truncated", "header_only", "text"])
 def test_eval_skips_and_counts_a_bad_clip_in_a_folder(model, tmp_path, capsys, case):
     """A broken clip in yes/ is refused, counted, and not scored."""
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     folder = tmp_path / "data"
     (folder / "yes").mkdir(parents=True)
     for p in sorted(CLIPS.glob("yes/*.wav")):
@@ -78,7 +78,7 @@ def test_eval_skips_and_counts_a_bad_clip_in_a_folder(model, tmp_path, capsys, c
 @pytest.mark.parametrize("data,message", [("file", "is a file; expected a folder"),
                                           ("missing", "does not exist")])
 def test_eval_names_a_data_path_that_is_not_a_folder(model, tmp_path, capsys, data, message):
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     path = GOOD if data == "file" else tmp_path / "nowhere"
     assert main(["--model", model, "--data", str(path)]) == 2
     err = capsys.readouterr().err
@@ -108,7 +108,7 @@ def test_version_and_help(capsys):
 def test_a_closed_pipe_ends_the_command_quietly(model):
     """`rotkws detect --scores … | head -1`: no BrokenPipeError traceback."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = (f"{sys.executable} -m app.cli detect --model {model} --scores "
+    cmd = (f"{sys.executable} -m rotkws detect --model {model} --scores "
            + " ".join(str(p) for p in sorted(CLIPS.glob("*/*.wav"))) + " | head -1")
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.startswith("file,time_s,")
@@ -120,7 +120,7 @@ def test_a_closed_pipe_ends_the_command_quietly(model):
 def test_eval_scores_a_checkpoint_and_its_export_alike(checkpoint, bundled, capsys):
     """One eval, two kinds of model: a bundled model's checkpoint (PyTorch) and the file exported
     from it (onnxruntime) classify the real clips the same way."""
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     from app.spotter import COMMAND_MODEL, DEFAULT_MODEL
     assert {DEFAULT_MODEL.name, COMMAND_MODEL.name} == {"kws12.onnx", "commands.onnx"}
     checkpoint = REPO / "training" / "checkpoints" / checkpoint
@@ -139,7 +139,7 @@ def test_eval_scores_a_checkpoint_and_its_export_alike(checkpoint, bundled, caps
     (["--model", "nowhere.onnx"], "no model at"),
 ])
 def test_eval_names_a_model_it_cannot_load(args, message, capsys):
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     assert main(args + ["--data", str(CLIPS)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rotkws eval: ") and message in err and "Traceback" not in err

@@ -192,7 +192,7 @@ def tiny_dscnn_config(path) -> str:
 @pytest.mark.slow      # 6 Lightning steps and an evaluation: ~10 s on 2 shared cores
 def test_train_writes_a_checkpoint_that_eval_reads(tmp_path, capsys):
     from test_training import copy_clips, tiny_overrides
-    from app import evaluate
+    from rotkws import eval_cli
     from training import cli
     root = copy_clips(tmp_path / "data")
     config = tiny_dscnn_config(tmp_path / "tiny_dscnn.yaml")
@@ -208,7 +208,7 @@ def test_train_writes_a_checkpoint_that_eval_reads(tmp_path, capsys):
     assert any(not torch.equal(v, start[k]) for k, v in module.net.state_dict().items())
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert torch.load(ckpt, weights_only=True)["rotkws"]["config"]["arch"] == "dscnn"
-    assert evaluate.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--json"]) == 0
+    assert eval_cli.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 24 and set(result["per_class"]) == set(KWS12_LABELS)
 

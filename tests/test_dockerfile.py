@@ -102,11 +102,14 @@ def test_default_model_is_package_data():
 
 
 def test_serving_image_copies_every_package_the_runtime_imports():
-    """app/ imports the data layer (corpus/): a serving image with only app/ would not start."""
+    """app/ imports the data layer (corpus/), and the `rotkws` command lives in rotkws/: a serving
+    image with only app/ would not start."""
     imported = {m for path in (REPO / "app").glob("*.py")
                 for m in re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M)
                 if (REPO / m / "__init__.py").is_file()}
     assert {"app", "corpus"} <= imported
+    script = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["rotkws"]
+    imported.add(script.split(".")[0])                          # the command's own package
     copied = {w.rstrip("/") for op, args in stages(DOCKERFILE.read_text())["serve-build"] if op == "COPY"
               for w in shlex.split(args)[:-1]}
     assert imported <= copied, f"the serving image lacks {imported - copied}"

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cli import COMMANDS
+from rotkws.cli import COMMANDS
 from app.spotter import NOT_KEYWORDS, OTHER, KeywordModel, KeywordSpotter
 from conftest import REPO, data_root, require
 from test_web import node, reference, run_node   # noqa: F401  (node: the fixture)
-from export import enroll as command
+from rotkws import enroll_cli as command
+from export import wake_threshold
 from export.onnx import read_metadata
 from model.logmel import PIXEL_SLOPE
 from app import wake_rule
@@ -89,7 +90,7 @@ def test_other_never_fires_and_is_named_once():
 
 
 def test_enroll_is_a_command():
-    assert COMMANDS["enroll"][0] == "export.enroll"
+    assert COMMANDS["enroll"][0] == "rotkws.enroll_cli"
 
 
 def test_targets_mark_the_end_of_the_phrase_and_nothing_else():
@@ -248,7 +249,7 @@ def test_calibrate_chooses_an_enrolled_threshold_again_as_enroll_chose_it(tiny_m
     assert calibrate.main([str(tiny_model.path), "-o", str(loose), "--data", data, "--fa-per-hour", "1e6"]) == 0
     assert KeywordModel(loose).meta["detection"] == tiny_model.meta["detection"] | {"threshold": wake_rule.MIN_THRESHOLD}
     with pytest.raises(ValueError, match="not a file `rotkws enroll` wrote"):
-        command.retune(REPO / "app" / "models" / "kws12.onnx", tmp_path / "x.onnx", Path(data))
+        wake_threshold.retune(REPO / "app" / "models" / "kws12.onnx", tmp_path / "x.onnx", Path(data))
 
 
 @pytest.mark.slow
@@ -263,13 +264,13 @@ def test_the_javascript_runtime_runs_an_enrolled_model_as_python_does(tiny_model
 
 def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_budget():
     counts = {0.5: 9, 0.6: 2, 0.7: 0, 0.8: 1, 0.9: 0, 0.95: 0}
-    assert command.stream_threshold(counts, hours=2.0, fa_per_hour=0.1) == 0.9    # 0.2 allowed: none
-    assert command.stream_threshold(counts, hours=20.0, fa_per_hour=0.1) == 0.6   # 2 allowed
-    assert command.stream_threshold(counts, hours=2.0, fa_per_hour=1.0) == 0.6    # 2 allowed
-    assert command.stream_threshold(counts, hours=1.0, fa_per_hour=1.0) == 0.7    # 1 allowed
-    assert command.stream_threshold(counts, hours=2 / wake_rule.VALIDATION_FA_PER_HOUR) == 0.6   # the default
-    assert command.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == wake_rule.MAX_THRESHOLD   # none keeps it
-    assert command.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == wake_rule.MIN_THRESHOLD
+    assert wake_threshold.stream_threshold(counts, hours=2.0, fa_per_hour=0.1) == 0.9    # 0.2 allowed: none
+    assert wake_threshold.stream_threshold(counts, hours=20.0, fa_per_hour=0.1) == 0.6   # 2 allowed
+    assert wake_threshold.stream_threshold(counts, hours=2.0, fa_per_hour=1.0) == 0.6    # 2 allowed
+    assert wake_threshold.stream_threshold(counts, hours=1.0, fa_per_hour=1.0) == 0.7    # 1 allowed
+    assert wake_threshold.stream_threshold(counts, hours=2 / wake_rule.VALIDATION_FA_PER_HOUR) == 0.6   # the default
+    assert wake_threshold.stream_threshold({0.5: 3, 0.99: 1}, hours=0.5) == wake_rule.MAX_THRESHOLD   # none keeps it
+    assert wake_threshold.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == wake_rule.MIN_THRESHOLD
 
 
 def test_a_speech_window_is_utterances_run_together_with_short_pauses():

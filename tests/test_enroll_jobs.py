@@ -31,7 +31,7 @@ TINY_BUDGET = ["--positives", "8", "--tts-negatives", "8", "--images", "16", "--
                "--validation-hours", "0.05", "--kokoro-positives", "0", "--kokoro-negatives", "0",
                "--kokoro-sentences", "0"]
 
-# A stand-in for `python -m export.enroll … --progress json`: what it does depends on the phrase.
+# A stand-in for `python -m rotkws.enroll_cli … --progress json`: what it does depends on the phrase.
 FAKE_ENROLL = r'''
 import json, shutil, sys, time
 phrase, output, model = sys.argv[1], sys.argv[2], sys.argv[3]

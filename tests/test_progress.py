@@ -73,7 +73,7 @@ def test_elapsed_counts_from_configure_and_only_json_mode_writes(lines):
 
 
 def enroll(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "export.enroll", *args, "--progress", "json"], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "rotkws.enroll_cli", *args, "--progress", "json"], cwd=REPO,
                           capture_output=True, text=True, timeout=ENROLL_TIMEOUT_S)
 
 

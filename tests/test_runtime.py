@@ -327,7 +327,7 @@ def test_detect_streams_a_long_file_in_constant_memory(paths, tmp_path, capsys):
 
 
 def test_eval_reports_clip_accuracy_as_json(paths, capsys):
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     assert main(["--model", str(paths["filterbank"]), "--data", str(CLIPS), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"accuracy", "per_class", "n"} <= set(result) and result["n"] == 24
@@ -338,7 +338,7 @@ def test_eval_reports_clip_accuracy_as_json(paths, capsys):
 
 
 def test_eval_scores_one_speaker_split_at_a_time(paths, capsys):
-    from app.evaluate import main
+    from rotkws.eval_cli import main
     counts = {}
     for split in ("training", "validation", "testing"):
         rc = main(["--model", str(paths["filterbank"]), "--data", str(CLIPS), "--split", split, "--json"])
@@ -366,14 +366,14 @@ def test_app_runs_with_torch_blocked(paths, clip, tmp_path):
     f = write(tmp_path / "a.wav", clip, 16_000, "PCM_16")
     script = BLOCKER + f"""
 import numpy as np
-import app.spotter, app.detect, app.evaluate, app.audio, app.detection, app.cli, corpus.clips, corpus.splits
+import app.spotter, app.detect, app.clip_accuracy, app.audio, app.detection, rotkws.cli, rotkws.eval_cli, corpus.clips, corpus.splits
 from app.spotter import KeywordModel, KeywordSpotter, Detection, DEFAULT_MODEL
 spotter = KeywordSpotter(KeywordModel({str(paths['filterbank'])!r}))
 res = spotter.process(np.zeros((4800, 2), np.int16), 48000)
 assert res.scores.shape[1] == 5
-assert app.cli.main(["detect", "--model", {str(paths['filterbank'])!r}, {str(f)!r}]) == 0
-assert app.cli.main(["eval", "--model", {str(paths['filterbank'])!r}, "--data", {str(CLIPS)!r}, "--json"]) == 0
-assert app.cli.main(["eval", "--checkpoint", "any.ckpt", "--data", {str(CLIPS)!r}]) == 2   # needs torch: says so
+assert rotkws.cli.main(["detect", "--model", {str(paths['filterbank'])!r}, {str(f)!r}]) == 0
+assert rotkws.cli.main(["eval", "--model", {str(paths['filterbank'])!r}, "--data", {str(CLIPS)!r}, "--json"]) == 0
+assert rotkws.cli.main(["eval", "--checkpoint", "any.ckpt", "--data", {str(CLIPS)!r}]) == 2   # needs torch: says so
 assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "model", "training", "export")]
 print("ok")
 """

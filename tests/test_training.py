@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from corpus.clips import SILENCE, UNKNOWN, list_clips
 from conftest import CLIPS, REPO
 from model import RotRNNConfig, classifier_from_checkpoint, paper_sc35_config
-from app import evaluate as app_evaluate
+from rotkws import eval_cli
 from training import cli
 from training.augment import AugmentConfig, augment
 from training.config import load_config
@@ -243,7 +243,7 @@ def test_eval_json_on_a_tiny_checkpoint(trained_tiny, capsys):
     run, _, _, _ = trained_tiny
     ckpt = run / "checkpoints" / "last.ckpt"
     png = ckpt.with_name("confusion.png")
-    assert app_evaluate.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--json", "--png", str(png)]) == 0
+    assert eval_cli.main(["--checkpoint", str(ckpt), "--data", str(CLIPS), "--json", "--png", str(png)]) == 0
     result = json.loads(capsys.readouterr().out)
     confusion = np.array(result["confusion"])
     assert result["n"] == confusion.sum() == 24

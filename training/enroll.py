@@ -1,5 +1,5 @@
 """What `rotkws enroll` trains on and where it comes from (steps 1–2 of its recipe: the command's
-docstring, export/enroll.py): its settings (`EnrollConfig`) and the items its examples are built
+docstring, rotkws/enroll_cli.py): its settings (`EnrollConfig`) and the items its examples are built
 from (`gather` → `Items`).
 
 1. The phrase (checked by training/tts.py: not empty, something to say, short) spoken by

@@ -1,8 +1,9 @@
 """The `rotkws` command: one entry point, one module per subcommand.
 
-Each subcommand lives in its own module as `main(argv: list[str]) -> int` and is imported only
-when it runs, so `rotkws detect` and `rotkws demo` never import torch, and `rotkws train` works
-only where the `train` extra is installed.
+Each subcommand lives in its own module as `main(argv: list[str]) -> int`, in the layer it
+belongs to (COMMANDS), and is imported only when it runs, so `rotkws detect` and `rotkws demo`
+never import torch, and `rotkws train` works only where the `train` extra is installed. This
+module sits above every layer it names; nothing imports it.
 """
 import importlib
 import importlib.metadata
@@ -12,9 +13,9 @@ import sys
 # name → (module, what it does)
 COMMANDS = {
     "train": ("training.cli", "train a classifier from a config file (needs the train extra)"),
-    "eval": ("app.evaluate", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
+    "eval": ("rotkws.eval_cli", "clip accuracy of an ONNX model (--model) or a checkpoint (--checkpoint)"),
     "export": ("export.cli", "checkpoint → streaming ONNX file, verified (needs the train extra)"),
-    "enroll": ("export.enroll", "a keyword from text: synthesise it, train, write a streaming ONNX file "
+    "enroll": ("rotkws.enroll_cli", "a keyword from text: synthesise it, train, write a streaming ONNX file "
                                   "(needs the train extra and espeak-ng)"),
     "calibrate": ("export.calibrate", "choose a model's per-keyword thresholds on validation streams, "
                                       "stored in its metadata (needs the train extra)"),

@@ -1,4 +1,4 @@
-"""A checkpoint of `rotkws train` as a clip scorer (`rotkws eval --checkpoint`, app/evaluate.py),
+"""A checkpoint of `rotkws train` as a clip scorer (`rotkws eval --checkpoint`, rotkws/eval_cli.py),
 and the helpers the bench scores its training runs with.
 """
 from pathlib import Path
@@ -36,7 +36,7 @@ def predict(net: nn.Module, audio: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 class CheckpointScorer:
-    """app.evaluate's ClipScorer for a checkpoint: the PyTorch network, each clip in one call."""
+    """app.clip_accuracy's ClipScorer for a checkpoint: the PyTorch network, each clip in one call."""
 
     def __init__(self, path: Path):
         self.path = Path(path)

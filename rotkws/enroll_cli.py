@@ -16,7 +16,7 @@ of it beside the text, `--recordings`). The recipe:
    two-class head (the phrase, `_other_`) train for a few minutes, hard negatives mined from the
    speech, with a max-pooling term in the loss (training/enroll_fit.py).
 5. This command exports the network as the streaming ONNX file `rotkws export` writes and
-   chooses its threshold on a stream through the runtime: the validation speakers' speech
+   chooses its threshold on a stream through the runtime (export/wake_threshold.py): the validation speakers' speech
    (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither training nor the
    bench) in the wake-word bench's mix (evaluation/streams.py: 1–3 s pauses, noise at 10 dB by
    peak frame energy); the stored threshold is the lowest that keeps them to ≤
@@ -26,7 +26,6 @@ of it beside the text, `--recordings`). The recipe:
    it again for an enrolled file, on the same stream, without training (`retune`).
 """
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,76 +33,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.spotter import KeywordModel
-from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from app.wake_rule import held_out_rates
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
-from app.wake_rule import HELD_OUT_RATES, MAX_THRESHOLD, MIN_THRESHOLD, VALIDATION_FA_PER_HOUR, held_out_rates
-from corpus.rate import SAMPLE_RATE
-from evaluation import speech as real_speech
-from evaluation import streams
+from export.onnx import export_onnx, write_metadata
+from export.wake_threshold import choose_on_stream
 from training import progress, tts
 from training.enroll import EnrollConfig
 from training.enroll_fit import DEFAULT_CHECKPOINT, fit
 from training.kokoro import KokoroError
 from training.tts import PhraseError
-
-from .onnx import export_onnx, read_metadata, write_metadata
-
-
-def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: str | None = None
-                      ) -> tuple[np.ndarray, float]:
-    """(audio, hours): the validation speakers' speech (evaluation/speech.py) in the wake-word
-    bench's mix, every utterance whose transcript holds the phrase or one of its words left out;
-    `hours` 0: every utterance once."""
-    said = [real_speech.read(u.path) for u in real_speech.utterances(data, "validation", phrase)]
-    items = [streams.Item(a, streams.SPEECH, "validation") for a in said]
-    seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(streams.PAUSE_S))
-    audio, _ = streams.build(items, noise, seconds, rng)
-    return audio, len(audio) / SAMPLE_RATE / 3600
-
-
-def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> float:
-    """The lowest threshold of the sweep ({threshold: false accepts in `hours`}) at which it and
-    every higher threshold keep to `fa_per_hour`, within [MIN_THRESHOLD, MAX_THRESHOLD]."""
-    ths = sorted(counts)
-    ok = [th for i, th in enumerate(ths) if all(counts[t] <= fa_per_hour * hours for t in ths[i:])]
-    return float(np.clip(ok[0] if ok else MAX_THRESHOLD, MIN_THRESHOLD, MAX_THRESHOLD))
-
-
-def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfig, rng) -> dict:
-    """The threshold the runtime fires at no more than cfg.fa_per_hour on the validation stream of
-    its phrase (`validation_stream`, `stream_threshold`), and what that stream measured."""
-    model = KeywordModel(model_path)
-    audio, hours = validation_stream(data, noise, cfg.validation_hours, rng, model.keywords[0])
-    times, scores = score_track(model, audio)
-    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS, **model_rule(model))
-    counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours, cfg.fa_per_hour)
-    near = min(counts, key=lambda t: abs(t - th))
-    return {"threshold": th, "fa_per_hour": cfg.fa_per_hour, "validation_stream_hours": round(hours, 3),
-            "validation_stream_false_accepts": counts[near],
-            "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / hours, 2)}
-
-
-def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> dict:
-    """Choose an enrolled file's threshold again, for `fa_per_hour`, on the stream `enroll` chose
-    it on (the same seed and noise: its metadata's), and write the file to `out`. The held-out
-    rates of training, measured at the old threshold, are dropped from its `enroll` record."""
-    meta = read_metadata(model_path)
-    if "enroll" not in meta or "detection" not in meta:
-        raise ValueError(f"{model_path}: not a file `rotkws enroll` wrote (no `enroll` metadata)")
-    before = json.loads(meta["enroll"])
-    made = before.get("config", {})
-    cfg = EnrollConfig(seed=int(made.get("seed", 0)), fa_per_hour=fa_per_hour,
-                       validation_hours=float(made.get("validation_hours", 0.0)))
-    chosen = choose_on_stream(model_path, data, real_speech.noise_bed(data), cfg, np.random.default_rng(cfg.seed))
-    detection = json.loads(meta["detection"])
-    record = {k: v for k, v in before.items() if k not in HELD_OUT_RATES} | chosen
-    record["retuned_from"] = detection.get("threshold")
-    write_metadata(model_path, out, {"detection": detection | {"threshold": chosen["threshold"]}, "enroll": record})
-    return record
 
 
 VERIFY_CLIPS = 4              # positives the export is verified on against PyTorch
@@ -150,7 +90,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
     with progress.stage("threshold"):
-        chosen = choose_on_stream(output, data, trained.noise, cfg, np.random.default_rng(cfg.seed))
+        chosen = choose_on_stream(output, data, trained.noise, cfg.validation_hours, cfg.fa_per_hour,
+                                  np.random.default_rng(cfg.seed))
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})

@@ -1,0 +1,6 @@
+"""`python -m rotkws …`: the `rotkws` command."""
+import sys
+
+from rotkws.cli import main
+
+sys.exit(main())
