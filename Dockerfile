@@ -9,7 +9,7 @@
 #
 # The browser only lets a page use the microphone on https:// or http://localhost.
 # podman builds it too (`--format docker` keeps the HEALTHCHECK); `make container-check` builds both
-# images with podman on local Debian bases and runs them (benchmarks/container.py).
+# images with podman on local Debian bases and runs them (.ci/container.py).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # Must carry the torch that pyproject.toml pins (torch==2.14.1), or pip replaces it.

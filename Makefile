@@ -34,12 +34,12 @@ test: $(VENV)/.all node_modules/.package-lock.json
 	$(BIN)/python -m pytest -q -ra
 
 # The Dockerfile's serve and train images built with podman and run, their figures into BENCHMARKS.md
-# (benchmarks/container.py: root, ~8 GB of disk, ~4 GB downloaded). Installs podman and mmdebstrap
+# (.ci/container.py: root, ~8 GB of disk, ~4 GB downloaded). Installs podman and mmdebstrap
 # from Debian where they are missing.
 container-check:
 	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman mmdebstrap >/dev/null; }
-	nice -n 19 $(PY) -m benchmarks.container
+	nice -n 19 $(PY) .ci/container.py
 
 clean-venv:
 	rm -rf $(VENV)

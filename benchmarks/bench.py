@@ -23,9 +23,7 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,29 +35,22 @@ from app.clip_accuracy import save_confusion_png
 from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, ModelError
 from app.sweep import FEED_SECONDS, THRESHOLDS
 from benchmarks import ablation, bench_runtime, bench_stream, plots, stats
+from benchmarks.bench_runtime import THREADS, onnx_cost
+from benchmarks.headline import (BENCH_DIR, converged_report, headline_rows, interval_text, pct, plural,
+                                 read_report, write_readme)
 from evaluation import streams as stream
-from benchmarks.report import machine
+from benchmarks.report import git_commit, log, machine
 from corpus.clips import ClipError
 from corpus.folders import KEYWORD_FOLDER, NOISE_FOLDER, WAKEWORD_FOLDER, default_data_root
 from corpus.splits import folder_splits
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH_DIR = REPO / "bench"
-README = REPO / "README.md"
 # one epoch is one pass over the 40k training examples of kws12.yaml's sources (the 2.4k WAV clips
 # alone took 15): 12 such runs, two at a time on one thread each; the whole bench took 45 min here
 # (2026-12-01, bench/report.md), inside the 2 hours a session can give it
 FULL = {"seeds": 3, "epochs": 1, "stream_hours": 10.0, "timing_seconds": 10.0, "rounds": 3}
 QUICK = {"seeds": 2, "epochs": 1, "stream_hours": 2 / 60, "timing_seconds": 2.0, "rounds": 1}
-THREADS = (1, 2)
 FA_POINTS = {"1 FA/h": 1.0, "1 FA/10 h": 0.1}
-ANCHORS = [   # published figures, never measured here: each with its own data
-    ("BC-ResNet-8 (Kim et al., Interspeech 2021)", "98.7 % KWS-12", "full Speech Commands v0.02 (~85k training clips), official test list"),
-    ("MatchboxNet (Majumdar & Ginsburg, Interspeech 2020)", "98.0 % KWS-12", "full Speech Commands, official test list"),
-    ("Porcupine (Picovoice)", "2.7 % missed at 1 FA/10 h", "Picovoice's own wake-word benchmark (its words, its noise)"),
-    ("RotRNN paper (Biegun et al., arXiv:2407.07239)", "its SC-35 table",
-     "full Speech Commands, 35 words, raw 16 kHz, bidirectional: not reproduced (`sc35_paper.yaml` needs a GPU)"),
-]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,16 +93,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-LOG_LOCK = threading.Lock()     # converge's sweep logs from several threads
-
-
-def log(msg: str) -> None:
-    """One whole line to stdout, timestamped (never interleaved with another thread's)."""
-    with LOG_LOCK:
-        sys.stdout.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
-        sys.stdout.flush()
-
-
 # -- 1. clip accuracy ------------------------------------------------------------------------------
 def clip_accuracy(path: Path, data: Path) -> dict:
     result = evaluate_onnx(KeywordModel(path), data / KEYWORD_FOLDER, "testing")
@@ -121,65 +102,12 @@ def clip_accuracy(path: Path, data: Path) -> dict:
     return result
 
 
-# -- 3. cost -------------------------------------------------------------------------------------------
-def graph_flops(path: Path, model: KeywordModel) -> dict:
-    """FLOPs per second of audio, counted from the graph's tensors (bench_runtime's rules): a
-    streaming model one call per hop, a clip model a 1 s window every hop (as the spotter)."""
-    if model.streaming:
-        per = bench_runtime.flops_per_second(path, model)
-        return {mode: sum(v.values()) for mode, v in per.items()}
-    clip = min(model.max_samples, model.sample_rate)
-    per_call = sum(bench_runtime.flops_per_call(path, model, clip).values())
-    return {"clip": per_call * model.sample_rate / clip, "stream": per_call / HOP_SECONDS}
-
-
-def onnx_cost(path: Path, seconds: float, rounds: int, threads=THREADS) -> dict:
-    """Size, graph FLOPs and CPU ms per second of audio (median of `rounds` interleaved rounds)."""
-    models = {t: KeywordModel(path, threads=t) for t in threads}
-    first = models[threads[0]]
-    audio = bench_runtime.test_audio(seconds, first.sample_rate)
-    times = {(t, m): [] for t in threads for m in ("stream", "clip")}
-    for _ in range(rounds):
-        for t, model in models.items():
-            clip = bench_runtime.clip_ms(model)
-            times[(t, "clip")].append(clip)
-            times[(t, "stream")].append(bench_runtime.streaming_ms(model, audio) if model.streaming
-                                        else clip / HOP_SECONDS)     # a 1 s window per hop
-    from export.onnx import read_metadata
-    proto = onnx.load(path)
-    constants = sum(int(np.prod(i.dims)) for i in proto.graph.initializer)
-    weights = read_metadata(proto).get("parameters")   # older files lack it
-    return {"bytes": path.stat().st_size, "nodes": len(proto.graph.node), "constants": constants,
-            "weights": None if weights is None else int(weights),
-            "streaming": first.streaming, "flops": graph_flops(path, first),
-            "ms": {str(t): {m: float(np.median(times[(t, m)])) for m in ("stream", "clip")} for t in threads}}
-
-
 def floor_ratio(cost: dict, peak_gflops: float, mode: str) -> float:
     floor_ms = 1e3 * cost["flops"][mode] / (peak_gflops * 1e9)
     return cost["ms"]["1"][mode] / floor_ms
 
 
 # -- the run -------------------------------------------------------------------------------------------
-RESULTS = ("bench", "BENCHMARKS.md", "README.md")   # what benches write: not "uncommitted changes" to the code
-
-
-def git_commit() -> str:
-    """The short commit of HEAD, marked "(uncommitted changes)" where tracked files other than the
-    benches' own RESULTS differ from it; $ROTKWS_COMMIT where set; "unknown" outside git."""
-    if os.environ.get("ROTKWS_COMMIT"):                 # a copy without .git (a remote GPU's)
-        return os.environ["ROTKWS_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                *(f":(exclude){p}" for p in RESULTS)], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.stdout.strip() + (" (uncommitted changes)" if dirty else "") if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def model_path(args, out: Path) -> Path:
     if not args.checkpoint:
         return Path(args.model) if args.model else DEFAULT_MODEL
@@ -268,84 +196,16 @@ def run(args) -> dict:
 
 
 # -- the report ------------------------------------------------------------------------------------------
-def pct(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f} %"
-
-
 def recipe_epochs() -> int:
     """The default model's training budget, as its config file says."""
     from training.config import load_config
     return load_config(ablation.CONFIGS / ablation.ARMS[ablation.REFERENCE].config).trainer.max_epochs
 
 
-def size_text(cost: dict) -> str:
-    if cost["weights"] is not None:
-        return f"{cost['weights']:,} weights"
-    return f"{cost['constants']:,} constants with the scan's kernels"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def point_text(p: dict | None, hours: float) -> str:
     if p is None:
         return f"not reached (the stream has {hours:.1f} h)"
     return f"{pct(p['miss_rate'])} missed (threshold {p['threshold']:.3f}, {p['false_accepts']} false accepts)"
-
-
-def interval_text(s: dict) -> str:
-    if np.isnan(s["low"]):
-        return pct(s["mean"])
-    return f"{pct(s['mean'])} [{100 * s['low']:.1f}, {100 * s['high']:.1f}]"
-
-
-def converged_report(path: Path | None = None) -> dict | None:
-    """benchmarks/converge.py's last report (the ablation trained to the end), where it has
-    finished arms and is not --quick; else None."""
-    path = path or BENCH_DIR / "converge" / "report.json"
-    if not path.is_file():
-        return None
-    rep = json.loads(path.read_text())
-    return rep if rep.get("arms") and not rep.get("state", {}).get("budget", {}).get("quick") else None
-
-
-STOPPED = {"epochs": "the budget", "patience": "no better for the patience"}   # converge's `stopped`
-
-
-def converged_rows(rep: dict | None) -> list[str]:
-    """The headline's ablation rows: each arm trained to the end (benchmarks/converge.py), seeds
-    with their interval; none before that has finished (one-epoch runs say who starts faster)."""
-    if rep is None:
-        return []
-    rows = []
-    for arm, a in rep["arms"].items():
-        runs = [x for x in rep["runs"] if x["arm"] == arm]
-        ms = a.get("onnx_cost", {}).get("ms", {}).get("1", {}).get("stream")
-        lo, hi = min(x["epochs"] for x in runs), max(x["epochs"] for x in runs)
-        epochs = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        why = " and ".join(sorted({STOPPED.get(x["stopped"], str(x["stopped"])) for x in runs}))
-        rows.append(f"| {a['title']}, {epochs} epochs ({why}), {plural(len(runs), 'seed')} | "
-                    f"{interval_text(a['accuracy'])} | — | {'—' if ms is None else f'{ms:.1f}'} | same clips; "
-                    f"[bench/converge/report.md](bench/converge/report.md) |")
-    return rows
-
-
-def headline_rows(r: dict, converged: dict | None = None) -> list[str]:
-    """The README's table: this run's figures, the ablation trained to the end (`converged`:
-    converged_report()), then the anchors (not the same test)."""
-    clip, st, cost = r["clip"], r["stream"], r["cost"]["float32"]
-    data = (f"{clip['n']} clips of {clip['speakers']} held-out speakers, "
-            f"`speech_commands_v0.02_test_dev` ({r['date']})")
-    p10 = st["points"]["1 FA/10 h"]
-    rows = ["| model | accuracy, unseen speakers | missed at 1 FA/10 h | CPU ms per s of audio (1 thread, streaming) | data |",
-            "| --- | ---: | ---: | ---: | --- |",
-            f"| **rotkws default** (`{Path(r['model']['path']).name}`, {size_text(cost)}) | "
-            f"{pct(clip['accuracy'])} | {pct(p10['miss_rate']) if p10 else 'not reached'} | "
-            f"{cost['ms']['1']['stream']:.1f} | {data}; stream {st['hours']:.2g} h |"]
-    rows += converged_rows(converged)
-    rows += [f"| {name} *(published)* | {figure} | | | {what} |" for name, figure, what in ANCHORS]
-    return rows
 
 
 def markdown(r: dict) -> str:
@@ -430,40 +290,10 @@ def markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(r: dict, path: Path = README, converged: dict | None = None) -> None:
-    """Rewrite the README's `<!-- bench:headline -->` block from this run and the ablation trained
-    to the end (`converged`: benchmarks/converge.py's report)."""
-    import re
-    done = ""
-    if converged is not None:
-        on = ", ".join(converged["state"].get("trained_on", [])) or "cpu"
-        done = (f"; the ablation trained to the end from `python -m benchmarks.converge`, "
-                f"{converged['state']['updated'][:10]}, on {on}: "
-                f"[bench/converge/report.md](bench/converge/report.md)")
-    body = (f"<!-- bench:headline -->\n_From `rotkws bench`, {r['date']}, {r['machine']}: "
-            f"[bench/report.md](bench/report.md){done}._\n\n" + "\n".join(headline_rows(r, converged))
-            + "\n<!-- /bench:headline -->")
-    text = path.read_text()
-    pattern = re.compile(r"<!-- bench:headline -->.*?<!-- /bench:headline -->", re.S)
-    if not pattern.search(text):
-        raise ValueError(f"{path} has no <!-- bench:headline --> block to rewrite")
-    path.write_text(pattern.sub(lambda _: body, text))
-
-
 def figures(r: dict, out: Path) -> None:
     save_confusion_png(r["clip"], out / "confusion.png")
     plots.det_png(r["stream"]["rows"], r["stream"]["hours"], r["stream"]["points"], out / "det.png")
     plots.ablation_png(r["ablation"]["arms"], out / "ablation.png")
-
-
-def read_report(path: Path) -> dict:
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ClipError(f"--render {path}: not a readable report.json ({e})") from None
-    if not isinstance(report, dict) or not {"mode", "clip", "stream", "cost", "ablation"} <= set(report):
-        raise ClipError(f"--render {path}: not a report.json written by rotkws bench")
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

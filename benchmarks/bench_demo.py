@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app import demo                                          # noqa: E402
-from benchmarks.demo_client import DemoServer, StreamVisitor         # noqa: E402
+from tests.demo_client import DemoServer, StreamVisitor              # noqa: E402
 from app.spotter import DEFAULT_MODEL, KeywordModel           # noqa: E402
 from corpus.rate import resample                              # noqa: E402
 from benchmarks.report import write_section                   # noqa: E402

@@ -22,13 +22,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from app.spotter import DEFAULT_MODEL, KeywordModel, KeywordSpotter, session_options
+from app.spotter import DEFAULT_MODEL, HOP_SECONDS, KeywordModel, KeywordSpotter, session_options
 from benchmarks.report import write_section
 
 CONFIG = Path(__file__).resolve().parents[1] / "training" / "configs" / "kws12.yaml"
 PEAK_SIZES = (256, 512, 1024)           # square float32 matmuls timed for the CPU's peak
 REPEATS = 7                             # a timing is the median of this many runs …
 ROUNDS = 3                              # … and the table the median (and best) of this many rounds
+THREADS = (1, 2)                        # onnxruntime threads `onnx_cost` times
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -242,6 +243,40 @@ def describe_model(path: Path, model: KeywordModel, export: dict | None) -> str:
     return (f"Model: `{name}` — {len(model.labels)} classes, {'streaming' if model.streaming else 'clip'}, "
             f"input multiple {model.input_multiple}, max {model.max_samples} samples;\n{len(proto.graph.node)} "
             f"nodes ({', '.join(f'{k} {v}' for k, v in ops.most_common(8))}, …), no Loop/Scan/If;\n{made}.")
+
+
+# -- an exported model's whole cost, for `rotkws bench` and converge ---------------------------------
+def graph_flops(path: Path, model: KeywordModel) -> dict:
+    """FLOPs per second of audio, counted from the graph's tensors (bench_runtime's rules): a
+    streaming model one call per hop, a clip model a 1 s window every hop (as the spotter)."""
+    if model.streaming:
+        per = flops_per_second(path, model)
+        return {mode: sum(v.values()) for mode, v in per.items()}
+    clip = min(model.max_samples, model.sample_rate)
+    per_call = sum(flops_per_call(path, model, clip).values())
+    return {"clip": per_call * model.sample_rate / clip, "stream": per_call / HOP_SECONDS}
+
+
+def onnx_cost(path: Path, seconds: float, rounds: int, threads=THREADS) -> dict:
+    """Size, graph FLOPs and CPU ms per second of audio (median of `rounds` interleaved rounds)."""
+    models = {t: KeywordModel(path, threads=t) for t in threads}
+    first = models[threads[0]]
+    audio = test_audio(seconds, first.sample_rate)
+    times = {(t, m): [] for t in threads for m in ("stream", "clip")}
+    for _ in range(rounds):
+        for t, model in models.items():
+            clip = clip_ms(model)
+            times[(t, "clip")].append(clip)
+            times[(t, "stream")].append(streaming_ms(model, audio) if model.streaming
+                                        else clip / HOP_SECONDS)     # a 1 s window per hop
+    from export.onnx import read_metadata
+    proto = onnx.load(path)
+    constants = sum(int(np.prod(i.dims)) for i in proto.graph.initializer)
+    weights = read_metadata(proto).get("parameters")   # older files lack it
+    return {"bytes": path.stat().st_size, "nodes": len(proto.graph.node), "constants": constants,
+            "weights": None if weights is None else int(weights),
+            "streaming": first.streaming, "flops": graph_flops(path, first),
+            "ms": {str(t): {m: float(np.median(times[(t, m)])) for m in ("stream", "clip")} for t in threads}}
 
 
 def report(path: Path, export: dict | None, seconds: float) -> str:

@@ -29,7 +29,7 @@ its own learning rate, several seeds, until validation accuracy stops improving.
 
 Cost: on this project's 2-core CPUs a one-epoch run of an arm takes 250–380 s (bench/report.md), so
 the sweep is about 50 min and each run of 8 epochs 30–50 min. On one H200
-(benchmarks/converge_gpu.sh: --accelerator gpu --jobs 16, the data packed by benchmarks/carry.py)
+(gpu/converge.sh: --accelerator gpu --jobs 16, the data packed by gpu/carry.py)
 the whole of it, sweep and twelve runs of 8 epochs, took 6 min (2026-12-04, BENCHMARKS.md
 "Training runs"). --quick: tiny networks, three steps an epoch on the 300-clip sample folder: the
 machinery in a minute, figures that mean nothing.
@@ -49,10 +49,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import ablation, bench, stats
+from benchmarks import ablation, headline, stats
 from benchmarks.ablation import ARMS, REFERENCE, Budget
-from benchmarks.bench import BENCH_DIR, git_commit, interval_text, log, onnx_cost, read_report, write_readme
-from benchmarks.report import write_section
+from benchmarks.bench_runtime import onnx_cost
+from benchmarks.headline import BENCH_DIR, interval_text, read_report, write_readme
+from benchmarks.report import git_commit, log, write_section
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from training.config import load_config
@@ -500,7 +501,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="where the runs train (gpu: every process on the one GPU; default cpu)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an override of every run (e.g. data.sources where the data is packed "
-                        "otherwise: benchmarks/carry.py), recorded in state.json; an OUT keeps its own")
+                        "otherwise: gpu/carry.py), recorded in state.json; an OUT keeps its own")
     p.add_argument("--train-only", action="store_true",
                    help="train and record the state, report nothing (where the testing clips are not)")
     p.add_argument("--hours", type=float, default=0.0, help="this session's wall-clock budget (0: none)")
@@ -540,10 +541,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.json").write_text(json.dumps(rep, indent=1, default=float))
     if not state["budget"]["quick"] and not args.no_write and rep["runs"]:
         write_section("converge", "The ablation trained to the end: RotRNN, no ξ, LRU, DS-CNN", text,
-                      script="converge")
+                      script="benchmarks/converge.py")
         last = BENCH_DIR / "report.json"                # rotkws bench's: the rest of the headline
         if out.resolve() == OUT.resolve() and last.is_file() and read_report(last)["mode"] != "quick":
-            write_readme(read_report(last), converged=bench.converged_report())
+            write_readme(read_report(last), converged=headline.converged_report())
     log(f"wrote {out / 'report.md'}")
     return 0
 

@@ -196,23 +196,23 @@ def test_quick_bench_writes_the_whole_report(shared_data, tmp_path):
 
 
 def test_the_headline_takes_the_ablation_trained_to_the_end_and_no_one_epoch_row(tmp_path):
-    from benchmarks import bench
-    r = bench.read_report(REPO / "bench" / "report.json")               # the last full `rotkws bench`
-    converged = bench.converged_report()                                # bench/converge, kept in git
+    from benchmarks import headline
+    r = headline.read_report(REPO / "bench" / "report.json")               # the last full `rotkws bench`
+    converged = headline.converged_report()                                # bench/converge, kept in git
     assert converged is not None, "bench/converge/report.json is missing or has no finished arm"
-    rows = bench.headline_rows(r, converged)
+    rows = headline.headline_rows(r, converged)
     ablation = [row for row in rows if "bench/converge/report.md" in row]
     assert len(ablation) == len(converged["arms"]) and not any("epoch here" in row for row in rows)
     for row, a in zip(ablation, converged["arms"].values()):
         assert row.startswith(f"| {a['title']}, 8 epochs (the budget), 3 seeds | ")
-        assert bench.interval_text(a["accuracy"]) in row
-    assert not any("bench/converge/report.md" in row for row in bench.headline_rows(r, None))
+        assert headline.interval_text(a["accuracy"]) in row
+    assert not any("bench/converge/report.md" in row for row in headline.headline_rows(r, None))
     quick = converged | {"state": converged["state"] | {"budget": {"quick": True}}}
     (tmp_path / "report.json").write_text(json.dumps(quick))
-    assert bench.converged_report(tmp_path / "report.json") is None     # --quick figures never headline
+    assert headline.converged_report(tmp_path / "report.json") is None     # --quick figures never headline
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- bench:headline -->\nold\n<!-- /bench:headline -->\nafter\n")
-    bench.write_readme(r, readme, converged)
+    headline.write_readme(r, readme, converged)
     text = readme.read_text()
     assert "old" not in text and ablation[0] in text and "bench/converge/report.md" in text
     assert text.endswith("<!-- /bench:headline -->\nafter\n")

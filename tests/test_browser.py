@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from benchmarks.demo_client import DemoServer
+from demo_client import DemoServer
 from app.spotter import KeywordModel
 from test_demo import (BROWSER_RATE, COMMAND, KEYWORD_CLIPS, WAKE_KEYWORDS, WAKE_MODEL, at_48k, logged,
                        require_default_model, stream, wake_then)

@@ -1,4 +1,4 @@
-"""benchmarks/carry.py: the data packed for a borrowed GPU holds the same pixels and samples in
+"""gpu/carry.py: the data packed for a borrowed GPU holds the same pixels and samples in
 fewer bytes (real JPEGs of the image corpus re-coded by jpegtran, real noise as FLAC)."""
 import os
 import shutil
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from benchmarks import carry
+from gpu import carry
 from conftest import require
 from corpus.folders import NOISE_FOLDER
 from training.features import _decode

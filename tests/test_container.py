@@ -1,10 +1,11 @@
-"""benchmarks/container.py without building (`make container-check` builds and runs the images):
+""".ci/container.py without building (`make container-check` builds and runs the images):
 the Dockerfile has the targets and base ARGs it builds with, the CUDA default carries the torch
 pyproject pins, the train extra holds what training imports (the image installs only it), an
 image's user and environment are read as a runtime reads them, torch is found where it lies, and
 the check skips, naming what is missing, where podman is not installed."""
 import ast
 import importlib.metadata
+import importlib.util
 import re
 import shlex
 import sys
@@ -12,9 +13,12 @@ import tomllib
 
 import pytest
 
-from benchmarks import container
 from conftest import REPO
 from test_dockerfile import DOCKERFILE, stages
+
+SPEC = importlib.util.spec_from_file_location("container", REPO / ".ci" / "container.py")   # a file, not a package
+container = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(container)
 
 
 def test_dockerfile_has_the_targets_and_base_args_the_check_builds_with():

@@ -241,7 +241,7 @@ def test_overrides_of_every_run_are_recorded_kept_to_and_train_only_reports_noth
     args = ["--arms", "rotrnn", "--seeds", "1", "--epochs", "1", "--out", str(tmp_path), "--jobs", "8"]
     r = run_converge(*args, "--set", "data.batch_size=16", "--train-only", data=shared_data)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    lines = r.stdout.splitlines()                                      # whole lines (bench.log)
+    lines = r.stdout.splitlines()                                      # whole lines (benchmarks/report.py: log)
     started = [i for i, line in enumerate(lines) if "] sweep: learning rates" in line]
     assert len(started) == len(converge.SWEEP_FACTORS)                # every factor side by side:
     assert max(started) < min(i for i, line in enumerate(lines) if "trained rotrnn" in line)

@@ -15,7 +15,7 @@ import soundfile as sf
 import soxr
 
 from app import demo
-from benchmarks.demo_client import LOG_LINE, DemoServer, StreamVisitor
+from demo_client import LOG_LINE, DemoServer, StreamVisitor
 from app.demo_session import (FILE_PIECE_S, PLOT_RATE_HZ, PLOT_WINDOW_S, WINDOW_MARK, WINDOW_SERIES, Assistant,
                                DemoSession, WakeSession, binned_max, log_line, plot_series, wake_series)
 from app.spotter import (COMMAND_MODEL, DEFAULT_MODEL, HOP_SECONDS, WAKE_MODEL as BUNDLED_WAKE_MODEL, Detection,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.demo_client import free_port
+from demo_client import free_port
 from conftest import REPO
 from test_browser import CHROMIUM_ARGS, chromium  # noqa: F401 (fixture)
 

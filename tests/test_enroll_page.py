@@ -23,7 +23,7 @@ import soxr
 
 from app.demo import THRESHOLD_RANGE
 from app.takes import check_take
-from benchmarks.demo_client import DemoServer
+from demo_client import DemoServer
 from corpus.clips import read_audio
 from test_browser import CHROMIUM_ARGS, chromium  # noqa: F401 (fixture)
 from test_enroll_jobs import TINY_BUDGET, require_enroll

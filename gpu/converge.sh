@@ -1,12 +1,12 @@
 #!/bin/bash
 # The converge bench (benchmarks/converge.py) on a GPU machine that has the checkout, the data
-# packed by `python -m benchmarks.carry` in .devdata and, where its Python lacks them, the wheels of
+# packed by `python -m gpu.carry` in .devdata and, where its Python lacks them, the wheels of
 # soundfile, cffi, pycparser and soxr in .whl: every run a process of its own on the one GPU, all side
 # by side, each stopped at an epoch end where another would pass the script's SECONDS; then, where
 # the time left is more than 1.3 times what that took, seeds up to MORE_SEEDS the same way. What git
 # keeps of bench/converge is packed into $OUT in 15 MB parts (`cat converge.tar.* | tar -xf - -C
 # bench` here, then `git add bench/converge`).
-#   OUT=DIR bash benchmarks/converge_gpu.sh [SECONDS] [ACCELERATOR] [more converge flags…]
+#   OUT=DIR bash gpu/converge.sh [SECONDS] [ACCELERATOR] [more converge flags…]
 # The carry: .devdata is 54 MiB of the 64 the device tool takes with the tracked tree, so the large
 # tracked files the runs do not read (app/models/*.onnx, training/checkpoints/) go aside for the call
 # (`git checkout -- app/models training/checkpoints` after); bench/converge/runs must travel where a
@@ -29,12 +29,12 @@ fi
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw --format=csv -l 10 > "$OUT/gpu.csv" 2>&1 &
 fi
-SOURCES=$($PY -c 'from benchmarks.carry import SOURCES; print(SOURCES)') || exit 1
+SOURCES=$($PY -c 'from gpu.carry import SOURCES; print(SOURCES)') || exit 1
 # the images decoded once, into the cache every run reads
 $PY -c '
 import concurrent.futures, sys
 from pathlib import Path
-from benchmarks.carry import IMAGE_ZIPS
+from gpu.carry import IMAGE_ZIPS
 from training.features import decode_zip
 with concurrent.futures.ProcessPoolExecutor(len(IMAGE_ZIPS)) as pool:
     for z, (pixels, _, _) in zip(IMAGE_ZIPS, pool.map(decode_zip, [Path(".devdata") / z for z in IMAGE_ZIPS])):

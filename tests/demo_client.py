@@ -6,8 +6,8 @@ each piece is uploaded as a WAV file (POST /gradio_api/upload); the first joins 
 POST /gradio_api/stream/{event_id}; answers arrive as server-sent events on
 GET /gradio_api/queue/data; POST .../close ends it. One `StreamVisitor` is one browser session.
 `DemoServer` runs `rotkws demo` in a subprocess on a free loopback port and stops it on exit.
-Test and benchmark tooling, not part of the runtime: used by the demo's tests and
-benchmarks/bench_demo.py.
+Test tooling, not part of the runtime: used by the demo's tests (as `demo_client`) and by
+benchmarks/bench_demo.py (as `tests.demo_client`).
 """
 import io
 import json

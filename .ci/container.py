@@ -1,7 +1,8 @@
 """The Dockerfile's two images, built with podman and run: `make container-check` (needs root,
-podman, mmdebstrap; ~12 min here). Writes the `container` section of BENCHMARKS.md.
+podman, mmdebstrap; ~12 min here), and the serve image alone at the end of CI (.ci/run). Writes
+the `container` section of BENCHMARKS.md.
 
-    python -m benchmarks.container [--only serve|train] [--keep] [--no-write]
+    python .ci/container.py [--only serve|train] [--keep] [--no-write]
 
 1. Bases: Debian bookworm's own Python 3.11 (mmdebstrap, BASE_PACKAGES) imported once and tagged
    by a hash of its package list, in place of PYTHON_IMAGE; for `train`, that base with the torch
@@ -34,10 +35,12 @@ import time
 import tomllib
 from pathlib import Path
 
-from benchmarks.report import write_section
-from corpus.folders import default_data_root
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))      # run as a file, by any Python 3.11 (make container-check's)
+
+from benchmarks.report import write_section        # noqa: E402
+from corpus.folders import default_data_root        # noqa: E402
+
 SUITE = "bookworm"                   # Debian's release: its python3 is 3.11, as PYTHON_IMAGE's
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
 PIP_FILES = ("/etc/ssl/certs", "/etc/pip.conf", "/etc/xdg/pip", "/opt/wheels")   # pip's setup here
@@ -423,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         subprocess.run(["podman", "image", "prune", "--force"], capture_output=True)   # the dangling ones
     if not args.no_write and not args.only:
-        write_section("container", "Containers: the Dockerfile's images, built and run", section(results, time.monotonic() - start))
+        write_section("container", "Containers: the Dockerfile's images, built and run", section(results, time.monotonic() - start),
+                      script=".ci/container.py")
     return 0
 
 

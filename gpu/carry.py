@@ -2,7 +2,7 @@
 checkout to a borrowed GPU machine (whose whole carry is 64 MiB), without changing a pixel or a
 sample of it:
 
-    python -m benchmarks.carry [--data DIR] [--out .devdata]
+    python -m gpu.carry [--data DIR] [--out .devdata]
 
 - the log-mel image zips: every JPEG re-coded by `jpegtran -optimize -copy none` (lossless: the
   same DCT coefficients, Huffman tables fitted to each image, metadata dropped; 14 % smaller on the
@@ -78,7 +78,7 @@ def pack_noise(source: Path, target: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.carry", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m gpu.carry", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(default_data_root()), help="the shared data folder")
     p.add_argument("--out", default=str(OUT), help=f"where to pack (default {OUT})")
@@ -86,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     data, out = Path(args.data), Path(args.out)
     if shutil.which("jpegtran") is None:
-        print("benchmarks.carry: jpegtran not found (Debian: apt-get install libjpeg-turbo-progs)",
+        print("gpu.carry: jpegtran not found (Debian: apt-get install libjpeg-turbo-progs)",
               file=sys.stderr)
         return 2
     try:
         sizes = {z: pack_zip(data / z, out / z, args.workers) for z in IMAGE_ZIPS}
         sizes[NOISE_FOLDER] = pack_noise(data / NOISE_FOLDER, out / NOISE_FOLDER)
     except (ClipError, OSError, zipfile.BadZipFile) as e:
-        print(f"benchmarks.carry: {e}", file=sys.stderr)
+        print(f"gpu.carry: {e}", file=sys.stderr)
         return 2
     for name, (a, b) in sizes.items():
         print(f"{name}: {a / 2**20:.1f} MiB → {b / 2**20:.1f} MiB")
