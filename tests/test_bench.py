@@ -195,24 +195,38 @@ def test_quick_bench_writes_the_whole_report(shared_data, tmp_path):
         assert f"| {name}: " in md
 
 
+def converged_report_of(runs: dict[str, list[tuple[int, str]]], quick: bool = False) -> dict:
+    """A report.json of benchmarks/converge.py: per arm, (epochs, why it stopped) of each seed."""
+    arms = {arm: {"title": f"arm {arm}", "accuracy": {"mean": 0.9, "low": 0.885, "high": 0.915},
+                  "onnx_cost": {"ms": {"1": {"stream": 2.5}}}} for arm in runs}
+    return {"arms": arms, "runs": [{"arm": arm, "seed": s, "epochs": e, "stopped": why}
+                                   for arm, seeds in runs.items() for s, (e, why) in enumerate(seeds)],
+            "state": {"budget": {"quick": quick}, "trained_on": ["gpu"], "updated": "2026-12-04T17:23:41"}}
+
+
 def test_the_headline_takes_the_ablation_trained_to_the_end_and_no_one_epoch_row(tmp_path):
+    """The README's rows from a bench report (the committed one: any full run's shape) and a
+    converge report made here, so that a new measurement changes nothing this test expects."""
     from benchmarks import headline
-    r = headline.read_report(REPO / "bench" / "report.json")               # the last full `rotkws bench`
-    converged = headline.converged_report()                                # bench/converge, kept in git
-    assert converged is not None, "bench/converge/report.json is missing or has no finished arm"
+    r = headline.read_report(REPO / "bench" / "report.json")           # the last full `rotkws bench`
+    converged = converged_report_of({"a": [(8, "epochs")] * 3, "b": [(5, "patience"), (8, "epochs")]})
+    (tmp_path / "report.json").write_text(json.dumps(converged))
+    assert headline.converged_report(tmp_path / "report.json") == converged
     rows = headline.headline_rows(r, converged)
     ablation = [row for row in rows if "bench/converge/report.md" in row]
-    assert len(ablation) == len(converged["arms"]) and not any("epoch here" in row for row in rows)
-    for row, a in zip(ablation, converged["arms"].values()):
-        assert row.startswith(f"| {a['title']}, 8 epochs (the budget), 3 seeds | ")
-        assert headline.interval_text(a["accuracy"]) in row
+    assert ablation == [
+        "| arm a, 8 epochs (the budget), 3 seeds | 90.0 % [88.5, 91.5] | — | 2.5 | same clips; "
+        "[bench/converge/report.md](bench/converge/report.md) |",
+        "| arm b, 5–8 epochs (no better for the patience and the budget), 2 seeds | 90.0 % [88.5, 91.5] | — | 2.5 | "
+        "same clips; [bench/converge/report.md](bench/converge/report.md) |"]
+    assert rows.index(ablation[0]) == 3 and not any("epoch here" in row for row in rows)   # after the default's
     assert not any("bench/converge/report.md" in row for row in headline.headline_rows(r, None))
-    quick = converged | {"state": converged["state"] | {"budget": {"quick": True}}}
-    (tmp_path / "report.json").write_text(json.dumps(quick))
-    assert headline.converged_report(tmp_path / "report.json") is None     # --quick figures never headline
+    (tmp_path / "quick.json").write_text(json.dumps(converged_report_of({"a": [(1, "epochs")]}, quick=True)))
+    assert headline.converged_report(tmp_path / "quick.json") is None       # --quick figures never headline
+    assert headline.converged_report(tmp_path / "none.json") is None
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- bench:headline -->\nold\n<!-- /bench:headline -->\nafter\n")
     headline.write_readme(r, readme, converged)
     text = readme.read_text()
-    assert "old" not in text and ablation[0] in text and "bench/converge/report.md" in text
+    assert "old" not in text and ablation[0] in text and "on gpu: [bench/converge/report.md]" in text
     assert text.endswith("<!-- /bench:headline -->\nafter\n")

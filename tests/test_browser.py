@@ -16,9 +16,10 @@ import soundfile as sf
 
 from demo_client import DemoServer
 from app.spotter import KeywordModel
-from test_demo import (BROWSER_RATE, COMMAND, KEYWORD_CLIPS, WAKE_KEYWORDS, WAKE_MODEL, at_48k, logged,
-                       require_default_model, stream, wake_then)
-from test_demo import assistant, command_clip, model, wake_clip, wake_word, window_s   # noqa: F401 (fixtures)
+from test_demo import BROWSER_RATE, KEYWORD_CLIPS, at_48k, require_default_model, stream
+from test_demo import model   # noqa: F401 (a fixture)
+from test_demo_wake import COMMAND, WAKE_KEYWORDS, WAKE_MODEL, logged, wake_then
+from test_demo_wake import assistant, command_clip, wake_clip, wake_word, window_s   # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.enroll_jobs import EnrollJobs, JobError, JobsInUse, check_text, undetected_takes
+from app.enroll_jobs import FINISHED, EnrollJobs, JobError, JobsInUse, check_text, undetected_takes
 from app.spotter import WAKE_MODEL, KeywordModel, KeywordSpotter
 from app.takes import (CLIPPED_SHARE, FRAME_S, MAX_TAKE_S, SAMPLE_RATE, SILENT_DBFS, VOICED_DB, TakeError,
                        check_take, frame_dbfs, voiced_limit)
 from conftest import CLIPS, REPO, data_root, require
 from corpus.clips import read_audio
+from corpus.phrases import MAX_PHRASE_CHARS
 
 WAKE_TAKES = sorted((CLIPS.parent / "wakeword" / "alexa").glob("*.flac"))   # real `alexa` recordings
 OTHER_TAKE = CLIPS / "yes" / "03401e93_nohash_0.wav"                        # a real clip of another word
@@ -139,20 +140,30 @@ def test_a_take_too_short_or_too_long_to_be_one_is_refused():
 
 # ─── the phrase ───
 
-@pytest.mark.parametrize("text, says", [("", "empty"), ("   ", "empty"), ("?!… —", "no letter or digit"),
-                                        ("a" * 41, "41 characters"), ("hey " * 12, "characters")])
+REFUSED = [("", "empty"), ("   ", "empty"), ("?!… —", "no letter or digit"), ("a" * 41, "41 characters"),
+           ("hey " * 12, "characters")]
+
+
+@pytest.mark.parametrize("text, says", REFUSED)
 def test_a_phrase_that_cannot_be_a_wake_phrase_is_refused_before_it_waits(jobs, text, says):
     with pytest.raises(JobError, match=says):
         jobs.submit(text)
     assert not [p for p in jobs.root.iterdir() if p.is_dir()], "a refused job left files"
 
 
-def test_the_phrase_limit_is_the_one_enroll_applies():
-    tts = pytest.importorskip("training.tts", reason="training/tts.py needs the train extra")
-    assert check_text("  hey   computer ") == tts.check_text("  hey   computer ")
-    assert check_text("a" * tts.MAX_PHRASE_CHARS)
-    with pytest.raises(JobError):
-        check_text("a" * (tts.MAX_PHRASE_CHARS + 1))
+@pytest.mark.parametrize("text", [text for text, _ in REFUSED])
+def test_the_queue_refuses_what_enroll_refuses_with_enrolls_words(text, tmp_path, capsys):
+    """The page says at once what `rotkws enroll` itself would say, before the job waits."""
+    enroll_cli = pytest.importorskip("rotkws.enroll_cli", reason="rotkws enroll needs the train extra")
+    with pytest.raises(JobError) as refused:
+        check_text(text)
+    assert enroll_cli.main([text, "-o", str(tmp_path / "m.onnx")]) == 1
+    assert capsys.readouterr().err == f"rotkws enroll: {refused.value}\n"
+
+
+def test_the_queue_keeps_the_phrase_as_the_model_will_be_labelled():
+    assert check_text("  hey   computer ") == "hey computer"
+    assert check_text("a" * MAX_PHRASE_CHARS) == "a" * MAX_PHRASE_CHARS
 
 
 def test_a_full_disk_refuses_the_job_with_its_reason(tmp_path, script):
@@ -214,11 +225,14 @@ DYING_SERVER = r'''
 import sys, time
 from pathlib import Path
 from app.enroll_jobs import EnrollJobs
-root, script, model = map(Path, sys.argv[1:4])
+root, script, model = map(Path, sys.argv[1:4])      # then the seconds to wait for a stage
 jobs = EnrollJobs(root, command=lambda phrase, output, takes, extra: [sys.executable, str(script), phrase,
                                                                      str(output), str(model)])
 lost, waiting = jobs.submit("wait", [0.1 * __import__("numpy").ones(16000, "float32")] * 3), jobs.submit("alexa")
+deadline = time.monotonic() + float(sys.argv[4])
 while jobs.view(lost.id)["stage"] is None:
+    if time.monotonic() > deadline:
+        sys.exit(f"no stage from the job after {sys.argv[4]} s: {jobs.view(lost.id)}")
     time.sleep(0.05)
 (root / lost.id / "work" / "scratch.bin").write_bytes(b"x" * 1000)    # what enroll had written
 print(lost.id, waiting.id, jobs.view(lost.id)["pid"], flush=True)
@@ -231,9 +245,11 @@ def test_a_restart_finds_the_running_job_lost_and_removes_its_files(tmp_path, sc
     (its own process group): the next server ends that process, says the job was lost and
     removes its work and takes; the job still waiting is queued again and runs."""
     root = tmp_path / "jobs"
-    server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(root), str(script), str(WAKE_MODEL)],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True)
-    lost, waiting, pid = server.stdout.readline().split()
+    server = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(root), str(script), str(WAKE_MODEL),
+                               str(JOB_TIMEOUT_S)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    started = server.stdout.readline().split()      # the server's deadline ends it: never a hang
+    assert len(started) == 3, f"the dying server ended without its job's ids (exit {server.wait()})"
+    lost, waiting, pid = started
     server.kill()
     server.wait()
     os.killpg(int(pid), 0)                                   # the job's process outlived its server
@@ -322,19 +338,22 @@ def test_a_real_tiny_enroll_job_makes_a_model_that_names_the_take_of_another_wor
     data = require_enroll()
     takes = [take(p) for p in WAKE_TAKES[:3]] + [check_take(*read_audio(OTHER_TAKE), "alexa")]
     jobs = EnrollJobs(tmp_path / "jobs", extra=["--data", str(data), *TINY_BUDGET])
-    seen = set()
-    job = jobs.submit("alexa", takes)
-    while jobs.view(job.id)["state"] not in ("done", "failed"):
-        seen.add(jobs.view(job.id)["stage"])
-        time.sleep(0.2)
-    view = jobs.view(job.id)
-    assert view["state"] == "done", (view, (jobs.folder(job.id) / "enroll.log").read_text()[-3000:])
-    assert {"synthesising", "training", "threshold"} <= seen, seen
-    assert 0.5 <= view["result"]["threshold"] <= 1 and view["result"]["validation_stream_hours"] > 0
-    assert view["result"]["config"]["recordings"] and len(view["result"]["config"]["recordings"]) == 4
-    assert set(view["undetected"]) <= {1, 2, 3, 4}
-    assert undetected_takes(jobs.model_path(job.id), jobs.folder(job.id) / "takes") == view["undetected"]
-    jobs.close()
+    seen, deadline = set(), time.monotonic() + TINY_TIMEOUT_S
+    try:
+        job = jobs.submit("alexa", takes)
+        while jobs.view(job.id)["state"] not in FINISHED:
+            assert time.monotonic() < deadline, f"the job is still {jobs.view(job.id)} after {TINY_TIMEOUT_S} s"
+            seen.add(jobs.view(job.id)["stage"])
+            time.sleep(0.2)
+        view = jobs.view(job.id)
+        assert view["state"] == "done", (view, (jobs.folder(job.id) / "enroll.log").read_text()[-3000:])
+        assert {"synthesising", "training", "threshold"} <= seen, seen
+        assert 0.5 <= view["result"]["threshold"] <= 1 and view["result"]["validation_stream_hours"] > 0
+        assert view["result"]["config"]["recordings"] and len(view["result"]["config"]["recordings"]) == 4
+        assert set(view["undetected"]) <= {1, 2, 3, 4}
+        assert undetected_takes(jobs.model_path(job.id), jobs.folder(job.id) / "takes") == view["undetected"]
+    finally:
+        jobs.close()                                 # a job still running ends with the test
 
 
 def test_a_real_job_for_a_phrase_the_engines_cannot_say_fails_with_the_reason(tmp_path):
