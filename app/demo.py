@@ -24,7 +24,7 @@ import pandas as pd
 from app import demo_enroll
 from app.demo_controls import THRESHOLD_RANGE, Served, plot_colors, slider_start, slider_threshold
 from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, Assistant, DemoSession, WakeSession, new_session
-from app.detect import keyword_list
+from app.detect_cli import keyword_list
 from app.enroll_jobs import EnrollJobs, JobsInUse
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, listened
 from app.twostage import WINDOW_S

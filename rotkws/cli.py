@@ -19,7 +19,7 @@ COMMANDS = {
                                   "(needs the train extra and espeak-ng)"),
     "calibrate": ("export.calibrate", "choose a model's per-keyword thresholds on validation streams, "
                                       "stored in its metadata (needs the train extra)"),
-    "detect": ("app.detect", "run the keyword spotter over audio files, one JSON line per detection"),
+    "detect": ("app.detect_cli", "run the keyword spotter over audio files, one JSON line per detection"),
     "demo": ("app.demo", "the Gradio microphone demo"),
     "bench": ("benchmarks.bench", "accuracy, streaming DET, cost, peer and ablations → bench/report.md "
                                   "(needs the train extra)"),

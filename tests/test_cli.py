@@ -51,7 +51,7 @@ CASES = ["empty", "header_only", "truncated", "text", "nan", "huge", "folder", "
 
 @pytest.mark.parametrize("case", CASES)
 def test_detect_refuses_a_bad_file_by_name_and_goes_on(model, tmp_path, capsys, case):
-    from app.detect import main
+    from app.detect_cli import main
     path, message = bad_files(tmp_path)[case]
     assert main(["--model", model, str(path), str(GOOD)]) == 1
     out, err = capsys.readouterr()

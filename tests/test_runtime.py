@@ -265,7 +265,7 @@ def write(path, audio, rate, subtype):
 
 
 def test_detect_reads_any_wav_and_goes_on_past_a_bad_file(paths, clip, tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     x44 = soxr.resample(np.tile(clip, 2), 16_000, 44_100)
     files = [write(tmp_path / "u8.wav", clip, 16_000, "PCM_U8"), write(tmp_path / "s24.wav", clip, 16_000, "PCM_24"),
              write(tmp_path / "st44.wav", np.stack([x44, 0.5 * x44], 1), 44_100, "PCM_16"),
@@ -282,7 +282,7 @@ def test_detect_reads_any_wav_and_goes_on_past_a_bad_file(paths, clip, tmp_path,
 
 
 def test_detect_listens_for_the_keywords_named(paths, clip, tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     wav = write(tmp_path / "clip.wav", clip, 16_000, "PCM_16")
     args = ["--model", str(paths["filterbank"]), "--threshold", "0.05", "--min-hops", "1", "--refractory", "0", str(wav)]
     assert main(args) == 0
@@ -299,7 +299,7 @@ def test_detect_listens_for_the_keywords_named(paths, clip, tmp_path, capsys):
 
 
 def test_detect_prints_the_score_track_as_csv(paths, clip, tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     f = write(tmp_path / "a.wav", clip, 16_000, "PCM_16")
     assert main(["--model", str(paths["filterbank"]), "--scores", str(f)]) == 0
     rows = capsys.readouterr().out.splitlines()
@@ -311,7 +311,7 @@ def test_detect_prints_the_score_track_as_csv(paths, clip, tmp_path, capsys):
 
 def test_detect_streams_a_long_file_in_constant_memory(paths, tmp_path, capsys):
     """A minute of 48 kHz stereo (11 MB as float32) never sits in memory at once."""
-    from app.detect import main
+    from app.detect_cli import main
     rng = np.random.default_rng(0)
     f = tmp_path / "long.wav"
     with sf.SoundFile(str(f), "w", 48_000, 2, "PCM_16") as out:
@@ -366,7 +366,7 @@ def test_app_runs_with_torch_blocked(paths, clip, tmp_path):
     f = write(tmp_path / "a.wav", clip, 16_000, "PCM_16")
     script = BLOCKER + f"""
 import numpy as np
-import app.spotter, app.detect, app.clip_accuracy, app.audio, app.detection, rotkws.cli, rotkws.eval_cli, corpus.clips, corpus.splits
+import app.spotter, app.detect_cli, app.clip_accuracy, app.audio, app.detection, rotkws.cli, rotkws.eval_cli, corpus.clips, corpus.splits
 from app.spotter import KeywordModel, KeywordSpotter, Detection, DEFAULT_MODEL
 spotter = KeywordSpotter(KeywordModel({str(paths['filterbank'])!r}))
 res = spotter.process(np.zeros((4800, 2), np.int16), 48000)

@@ -152,7 +152,7 @@ def test_events_as_json_lines():
 
 
 def test_detect_with_a_wake_word_writes_one_line_per_wake_word(tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     audio = np.concatenate([silence(0.5), clip("yes"), silence(0.7), clip("left"), silence(0.5)])
     path = tmp_path / "scene.wav"
     sf.write(path, audio, RATE)
@@ -171,14 +171,14 @@ def test_detect_with_a_wake_word_writes_one_line_per_wake_word(tmp_path, capsys)
     (["--wake", "m.onnx", "--scores"], "--scores is for one model"),
 ])
 def test_detect_refuses_two_stage_options_that_do_not_go_together(argv, message, tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     with pytest.raises(SystemExit) as e:
         main(argv + [str(tmp_path / "a.wav")])
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_detect_names_a_wake_model_it_cannot_load(tmp_path, capsys):
-    from app.detect import main
+    from app.detect_cli import main
     bad = tmp_path / "wake.onnx"
     bad.write_bytes(b"not a model")
     assert main(["--wake", str(bad), str(tmp_path / "a.wav")]) == 2
