@@ -3,5 +3,5 @@
 `rotkws eval`, which scores an ONNX file (app/) or a checkpoint (training/).
 
 The top of the import graph: it may import every package here, benchmarks/ only to run `rotkws
-bench`; nothing imports it.
+bench`; nothing imports it but tests/.
 """

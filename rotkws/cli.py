@@ -3,7 +3,7 @@
 Each subcommand lives in its own module as `main(argv: list[str]) -> int`, in the layer it
 belongs to (COMMANDS), and is imported only when it runs, so `rotkws detect` and `rotkws demo`
 never import torch, and `rotkws train` works only where the `train` extra is installed. This
-module sits above every layer it names; nothing imports it.
+module sits above every layer it names; nothing imports it but tests/.
 """
 import importlib
 import importlib.metadata

@@ -1,12 +1,12 @@
-"""How `rotkws enroll` renders its examples (step 3 of the recipe, training/enroll_fit.py's
-docstring): every example is EXAMPLE_S of log-mel pixels after a WARMUP_S warm-up that is not
-scored (WARM_SPEECH_SHARE of the time real speech ending WARM_GAP_S before it; the network's
-slowest channels remember ~8 s, and a state warmed by running audio is the state the runtime
-has): an optional other word or the end of a real sentence before, the item, room reverberation
+"""How `rotkws enroll` renders its examples (step 3 of its recipe: the command's docstring,
+rotkws/enroll_cli.py): every example is EXAMPLE_S of log-mel pixels after a WARMUP_S warm-up that
+is not scored (WARM_SPEECH_SHARE of the time real speech ending WARM_GAP_S before it; the network's
+slowest channels remember ~8 s, and a state warmed by running audio is the state the runtime has):
+an optional other word or the end of a real sentence before, the item, room reverberation
 (synthetic speech), background noise at SNR_DB; a speech example is a window of utterances run
-together. Then every example is made quieter as a whole (LEVEL_DB). Frame labels: the phrase
-from POSITIVE_BEFORE_END_S before its end to POSITIVE_AFTER_END_S after it; `_other_` before it
-and on every negative; the rest is not scored.
+together. Then every example is made quieter as a whole (LEVEL_DB). Frame labels: the phrase from
+POSITIVE_BEFORE_END_S before its end to POSITIVE_AFTER_END_S after it; `_other_` before it and on
+every negative; the rest is not scored.
 
 Audio becomes pixels through the backbone's own fixed front-end (`Renderer`); noise is mixed as
 power in the pixel domain.

@@ -1,10 +1,10 @@
-"""The fit of `rotkws enroll` (step 4 of its recipe): the default checkpoint's front-end and lower
-blocks stay frozen (their output is computed once); its top block, final norm and a new two-class
-head (the phrase, `_other_`) train for a few minutes. From MINE_FROM_EPOCH on, the speech examples
-are drawn by how close the model being trained comes to firing on them under the rule the file
-will store (app/wake_rule.py: hard negatives mined from the speech). The loss is the frames'
-cross-entropy plus, per example, the cross-entropy at the `_other_` frame where the phrase scores
-highest (a max-pooling term: a false accept is one peak).
+"""The fit of `rotkws enroll` (step 4 of its recipe: rotkws/enroll_cli.py): the default
+checkpoint's front-end and lower blocks stay frozen (their output is computed once); its top block,
+final norm and a new two-class head (the phrase, `_other_`) train for a few minutes. From
+MINE_FROM_EPOCH on, the speech examples are drawn by how close the model being trained comes to
+firing on them under the rule the file will store (app/wake_rule.py: hard negatives mined from the
+speech). The loss is the frames' cross-entropy plus, per example, the cross-entropy at the
+`_other_` frame where the phrase scores highest (a max-pooling term: a false accept is one peak).
 
 `fit` runs steps 1–4: the items (training/enroll.py: `gather`), the examples
 (training/enroll_examples.py), VALIDATION_SHARE of them held out, the training.
@@ -163,7 +163,7 @@ class Fit:
 
 
 def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.synthesize) -> Fit:
-    """Steps 1–4 of the recipe (the module docstring): the network for `phrase`, trained."""
+    """Steps 1–4 of the recipe (rotkws/enroll_cli.py): the network for `phrase`, trained."""
     started = time.perf_counter()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
