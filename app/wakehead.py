@@ -23,6 +23,12 @@ class HeadError(ValueError):
     """A file that is not a usable head: the message names it and says why."""
 
 
+def is_head(path) -> bool:
+    """Whether the ONNX file at `path` is a head file (its metadata's task)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.get_modelmeta().custom_metadata_map.get("task") == json.dumps(HEAD_TASK)
+
+
 class HeadModel:
     def __init__(self, path, ears: SpeechEmbedding | None = None):
         self.path = Path(path)

@@ -34,8 +34,9 @@ import numpy as np
 
 from app.detection import REFRACTORY_S, THRESHOLD
 from app.spotter import KeywordModel
-from corpus.rate import SAMPLE_RATE
 from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from app.wakehead import HeadModel, is_head
+from corpus.rate import SAMPLE_RATE
 
 CHUNK = 1280                  # samples per call for the peers: 80 ms, as their own microphone loops read
 PEERS = ("openwakeword", "microwakeword", "pocketsphinx")
@@ -111,6 +112,37 @@ class Rotkws:
         return Run(self.engine, self.phrase, thresholds, own,
                    {th: np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
                    cpu, len(audio) / SAMPLE_RATE)
+
+
+class Heads:
+    """Head files (app/wakehead.py) on one pass of the speech embedding over the stream: a Run per
+    head, each one's CPU the pass's plus its own head's (what one such file costs alone)."""
+
+    def __init__(self, paths):
+        self.paths = [Path(p) for p in paths]
+
+    def run(self, audio: np.ndarray) -> list[Run]:
+        from app.embedding import HOP, SpeechEmbedding
+        ears = SpeechEmbedding()
+        started = time.process_time()
+        embeddings = ears.embed(audio)
+        shared = time.process_time() - started
+        times = np.arange(1, len(embeddings) + 1) * HOP / SAMPLE_RATE
+        runs = []
+        for path in self.paths:
+            model = HeadModel(path, ears)
+            started = time.process_time()
+            scores = model.scores(embeddings)
+            cpu = shared + time.process_time() - started
+            rule = {k: model.detection[k] for k in ("smoothing", "min_hops", "refractory_s")}
+            own = float(model.detection.get("threshold", 0.5))
+            thresholds = np.unique(np.concatenate([PROB_THRESHOLDS, THRESHOLDS, [own]]))
+            sweep = sweep_detections(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
+                                     thresholds, **rule)
+            runs.append(Run(f"rotkws ears (`{path.name}`)", model.phrase, thresholds, own,
+                            {float(th): np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
+                            cpu, len(audio) / SAMPLE_RATE))
+        return runs
 
 
 def one_thread(peer, prefix: str = "", shape: tuple | None = None) -> None:
@@ -254,7 +286,8 @@ def engines_for(phrases, models, peers=PEERS, spellings=None) -> tuple[list, lis
     """(engines to run, [(name, why not)]): a Rotkws for each model file, and each peer for each
     phrase it can listen for (openWakeWord and microWakeWord: their built-in models; PocketSphinx:
     any phrase, `spellings` giving the words its dictionary knows)."""
-    runnable = [Rotkws(m) for m in models]
+    heads = [m for m in models if is_head(m)]
+    runnable = [Rotkws(m) for m in models if m not in heads] + ([Heads(heads)] if heads else [])
     missing = []
     for name in peers:
         if name not in PEER_CLASSES:

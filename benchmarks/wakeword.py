@@ -67,7 +67,11 @@ def run_engines(engine_list, audio: np.ndarray, jobs: int) -> list:
     else:
         runs = [_run(i) for i in range(len(tasks))]
     _WORK = None
-    return [engines.merge([runs[i] for i in g]) for g in groups]
+    out = []
+    for g in groups:                                      # a Heads task gives a Run per head
+        got = [runs[i] for i in g]
+        out += got[0] if isinstance(got[0], list) else [engines.merge(got)]
+    return out
 
 
 def bench_items(data: Path) -> tuple[list[streams.Item], dict]:
