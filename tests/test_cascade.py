@@ -1,0 +1,75 @@
+"""The two-stage wake word (app/cascade.py): the streaming cascade gives the offline rule's
+detections over the two full score tracks, whatever the chunks, and computes the embedding only
+around proposals."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from app.cascade import CascadeSpotter, cascade_detections
+from app.embedding import SAMPLE_RATE, SpeechEmbedding
+from app.spotter import WAKE_MODEL, KeywordModel
+from app.wakehead import HeadModel
+from evaluation.sweep import model_rule, score_track, sweep_detections
+from export.embedding_head import HEAD_RULE, export_head
+from training.embedding_head import Head
+
+CLIPS = sorted((Path(__file__).parent / "data" / "wakeword" / "alexa").glob("*.flac"))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("cascade") / "head.onnx"
+    export_head(Head(), path, {"labels": ["alexa", "_other_"], "detection": HEAD_RULE | {"threshold": 0.5}})
+    rng = np.random.default_rng(0)
+    parts = []
+    for c in CLIPS:
+        parts += [rng.normal(0, 0.003, int(rng.uniform(0.5, 2) * SAMPLE_RATE)).astype(np.float32),
+                  sf.read(c, dtype="float32")[0]]
+    return KeywordModel(WAKE_MODEL), HeadModel(path, SpeechEmbedding()), np.concatenate(parts)
+
+
+def offline(wake, head, audio, propose, confirm):
+    times, scores = score_track(wake, audio)
+    proposals = sweep_detections(times, scores, wake.labels, wake.keywords, [propose], **model_rule(wake))[propose]
+    head_times, head_scores = head.track(audio)
+    return np.array([d.time_s for d in proposals]), cascade_detections(
+        np.array([d.time_s for d in proposals]), head_times, head_scores, confirm)
+
+
+def test_streaming_cascade_is_the_offline_rule(setup):
+    wake, head, audio = setup
+    _, head_scores = head.track(audio)
+    propose = 0.3
+    found = []
+    for confirm in np.quantile(head_scores, [0.2, 0.6, 0.95]):
+        proposals, expected = offline(wake, head, audio, propose, confirm)
+        assert len(proposals) >= 3
+        found.append(len(expected))
+        rng = np.random.default_rng(1)
+        cascade, got, i = CascadeSpotter(wake, head, propose, confirm), [], 0
+        while i < len(audio):
+            n = int(rng.integers(100, 6000))
+            got += [d.time_s for d in cascade.process(audio[i:i + n])]
+            i += n
+        got += [d.time_s for d in cascade.process(np.zeros(SAMPLE_RATE, np.float32))]   # the last windows close
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+        assert cascade.hops_embedded < len(head_scores)        # only around proposals
+    assert found[0] > found[-1]                                # confirm mattered
+
+def test_recorded_hops_give_the_sweep(setup):
+    wake, head, audio = setup
+    cascade = CascadeSpotter(wake, head, 0.3, 0.99, record=True)
+    for i in range(0, len(audio) + SAMPLE_RATE, 1600):
+        cascade.process(np.concatenate([audio, np.zeros(SAMPLE_RATE, np.float32)])[i:i + 1600])
+    hops = np.array(sorted(cascade.recorded))
+    times = (hops + 1) * 1280 / SAMPLE_RATE
+    scores = np.array([cascade.recorded[k] for k in hops])
+    _, head_scores = head.track(audio)
+    np.testing.assert_allclose(scores, head_scores[hops[hops < len(head_scores)]][:len(hops)], atol=1e-5)
+    for confirm in np.quantile(head_scores, [0.2, 0.6]):
+        _, expected = offline(wake, head, audio, 0.3, confirm)
+        np.testing.assert_allclose(cascade_detections(np.array(cascade.proposals), times, scores, confirm), expected)
