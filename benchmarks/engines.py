@@ -25,6 +25,7 @@ threshold of a sweep with the same 1 s refractory time (app.detection.REFRACTORY
 spoken phrase is one detection whatever the engine.
 """
 import ctypes
+import json
 import importlib
 import time
 from dataclasses import dataclass
@@ -143,6 +144,47 @@ class Heads:
                             {float(th): np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
                             cpu, len(audio) / SAMPLE_RATE))
         return runs
+
+
+class Cascaded:
+    """A wake file whose metadata names a verifier (export/cascade.py), run as app/cascade.py runs
+    it: the timed pass at its stored thresholds (its CPU, the head stage's only around
+    proposals); an untimed pass that records every head hop near a proposal gives the sweep over
+    the confirming threshold, and must agree with the timed pass at the stored one."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        model = KeywordModel(self.path)
+        self.verifier = json.loads(model.meta["verifier"]) if isinstance(model.meta["verifier"], str) \
+            else model.meta["verifier"]
+        self.phrase = model.keywords[0]
+        self.engine = f"rotkws cascade (`{self.path.name}`)"
+
+    def spot(self, audio: np.ndarray, record: bool):
+        from app.cascade import ARM_S, CascadeSpotter
+        v = self.verifier
+        cascade = CascadeSpotter(KeywordModel(self.path), HeadModel(self.path.parent / v["head"]),
+                                 v["propose"], v["confirm"], record=record)
+        tail = np.zeros(int((ARM_S + 0.2) * SAMPLE_RATE), np.float32)   # the last windows close
+        found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK])]
+        found += [d.time_s for d in cascade.process(tail)]
+        return cascade, np.array(found)
+
+    def run(self, audio: np.ndarray) -> Run:
+        from app.cascade import cascade_detections
+        started = time.process_time()
+        _, found = self.spot(audio, record=False)
+        cpu = time.process_time() - started
+        cascade, _ = self.spot(audio, record=True)
+        hops = np.array(sorted(cascade.recorded))
+        times = (hops + 1) * CHUNK / SAMPLE_RATE
+        scores = np.array([cascade.recorded[k] for k in hops])
+        confirm = float(self.verifier["confirm"])
+        thresholds = np.unique(np.concatenate([PROB_THRESHOLDS, THRESHOLDS, [confirm]]))
+        sweep = {float(th): cascade_detections(np.array(cascade.proposals), times, scores, th) for th in thresholds}
+        if not np.allclose(sweep[confirm], found):
+            raise AssertionError(f"{self.path}: the recorded sweep and the live cascade disagree at {confirm}")
+        return Run(self.engine, self.phrase, thresholds, confirm, sweep, cpu, len(audio) / SAMPLE_RATE)
 
 
 def one_thread(peer, prefix: str = "", shape: tuple | None = None) -> None:
@@ -287,7 +329,9 @@ def engines_for(phrases, models, peers=PEERS, spellings=None) -> tuple[list, lis
     phrase it can listen for (openWakeWord and microWakeWord: their built-in models; PocketSphinx:
     any phrase, `spellings` giving the words its dictionary knows)."""
     heads = [m for m in models if is_head(m)]
-    runnable = [Rotkws(m) for m in models if m not in heads] + ([Heads(heads)] if heads else [])
+    cascades = [m for m in models if m not in heads and "verifier" in KeywordModel(m).meta]
+    runnable = ([Rotkws(m) for m in models if m not in heads + cascades] + [Cascaded(m) for m in cascades]
+                + ([Heads(heads)] if heads else []))
     missing = []
     for name in peers:
         if name not in PEER_CLASSES:

@@ -109,6 +109,39 @@ def mycroft_other(root: Path) -> list[Utterance]:
     return [Utterance(p, "mycroft/not-wake-words", text.get(p.stem)) for p in sorted(folder.glob("*.ogg"))]
 
 
+def speech_folder(folder: Path) -> list[Utterance]:
+    """A user's own folder of speech (`enroll --speech DIR`), sorted, in either layout:
+
+    - LibriSpeech's, as torchaudio downloads it: `<speaker>/<chapter>/<utt id>.flac` beside
+      `<speaker>-<chapter>.trans.txt` ("<utt id> TRANSCRIPT" lines);
+    - plain audio files (WAV, FLAC, OGG) anywhere below it, each with the transcript in a
+      `<stem>.txt` beside it where there is one.
+
+    The speaker is the LibriSpeech speaker, else the file's folder. ClipError when it is no
+    folder or holds no audio file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ClipError(f"--speech {folder}: not a folder (expected a folder of speech: LibriSpeech's "
+                        f"layout or audio files)")
+    text = {}
+    for table in folder.rglob("*.trans.txt"):
+        for line in table.read_text(encoding="utf-8").splitlines():
+            utt, _, said = line.partition(" ")
+            text[utt] = said.strip().upper() or None
+    out = []
+    for p in sorted(q for q in folder.rglob("*") if q.suffix.lower() in AUDIO_SUFFIXES and q.is_file()):
+        if p.stem in text:
+            out.append(Utterance(p, f"user/{p.stem.split('-')[0]}", text[p.stem]))
+        else:
+            side = p.with_suffix(".txt")
+            said = side.read_text(encoding="utf-8").strip().upper() if side.is_file() else None
+            out.append(Utterance(p, f"user/{p.parent.name}", said or None))
+    if not out:
+        raise ClipError(f"--speech {folder}: no audio file in it (expected {', '.join(AUDIO_SUFFIXES)} files, "
+                        f"in LibriSpeech's layout or any other)")
+    return out
+
+
 def split_of(u: Utterance) -> str:
     """training or validation for a speaker that either may have (the salted speaker hash)."""
     return "training" if trains(u) else "validation"

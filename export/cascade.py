@@ -1,0 +1,80 @@
+"""`python -m export.cascade WAKE.onnx HEAD.onnx -o OUT.onnx`: a wake file that names its verifier
+(app/cascade.py), both thresholds chosen on `enroll`'s validation stream of its phrase:
+
+1. propose: the lowest of the sweep at which the wake file's own rule proposes at most
+   PROPOSALS_PER_HOUR times an hour (what the head stage may cost);
+2. confirm: with those proposals, the lowest head score at which the cascade keeps to
+   --fa-per-hour false accepts per hour, as `enroll` chooses a threshold (export/enroll.py).
+
+The head file is copied beside OUT as OUT's stem + HEAD_SUFFIX; OUT's metadata `verifier` names it.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from app.cascade import cascade_detections
+from app.embedding import HOP, SAMPLE_RATE
+from app.spotter import KeywordModel
+from app.wakehead import HeadModel
+from corpus.folders import default_data_root
+from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from training.enroll import VALIDATION_FA_PER_HOUR, noise_audio
+
+from .embedding_head import cached_embeddings
+from .enroll import stream_threshold, validation_stream
+from .onnx import read_metadata, write_metadata
+
+PROPOSALS_PER_HOUR = 60.0     # the head stage's budget on validation speech: ~40 ms of CPU each
+HEAD_SUFFIX = ".head.onnx"
+
+
+def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_hour: float) -> dict:
+    audio, hours = validation_stream(data, noise_audio(data), 0.0, np.random.default_rng(seed), wake.keywords[0])
+    times, scores = score_track(wake, audio)
+    sweep = sweep_detections(times, scores, wake.labels, wake.keywords, THRESHOLDS, **model_rule(wake))
+    counts = {th: len(d) for th, d in sweep.items()}
+    propose = min((th for th in sorted(counts) if all(counts[t] <= PROPOSALS_PER_HOUR * hours
+                                                        for t in counts if t >= th)), default=max(counts))
+    proposals = np.array([d.time_s for d in sweep[propose]])
+    e = cached_embeddings(head, audio)
+    head_scores = head.scores(e)
+    head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
+    fas = {float(c): len(cascade_detections(proposals, head_times, head_scores, c)) for c in THRESHOLDS}
+    confirm = stream_threshold(fas, hours, fa_per_hour)
+    return {"propose": float(propose), "confirm": confirm, "validation_stream_hours": round(hours, 3),
+            "proposals_per_hour": round(len(proposals) / hours, 1),
+            "validation_stream_false_accepts": fas[min(fas, key=lambda c: abs(c - confirm))]}
+
+
+def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour: float) -> dict:
+    wake, head = KeywordModel(wake_path), HeadModel(head_path)
+    if head.phrase != wake.keywords[0]:
+        raise ValueError(f"{head_path} listens for {head.phrase!r}, {wake_path} for {wake.keywords[0]!r}")
+    seed = json.loads(read_metadata(wake_path).get("enroll", "{}")).get("config", {}).get("seed", 0)
+    chosen = choose(wake, head, data, seed, fa_per_hour)
+    verifier = out.with_name(out.stem + HEAD_SUFFIX)
+    if head_path.resolve() != verifier.resolve():
+        shutil.copyfile(head_path, verifier)
+    write_metadata(wake_path, out, {"verifier": {"head": verifier.name, **chosen}})
+    return chosen
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m export.cascade", description=__doc__)
+    p.add_argument("wake")
+    p.add_argument("head")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--data", default=None)
+    p.add_argument("--fa-per-hour", type=float, default=VALIDATION_FA_PER_HOUR)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    data = Path(args.data).resolve() if args.data else default_data_root()
+    print(json.dumps(attach(Path(args.wake), Path(args.head), Path(args.output), data, args.fa_per_hour)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
