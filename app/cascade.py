@@ -77,6 +77,11 @@ class CascadeSpotter:
             self._watch()
         return self._confirm()
 
+    def flush(self) -> list[Detection]:
+        """The end of a stream: enough silence (whole spotter hops) for the last windows to close."""
+        hop = self.spotter.model.hop_samples
+        return self.process(np.zeros(int(np.ceil((ARM_S + 0.2) * SAMPLE_RATE / hop)) * hop, np.float32))
+
     @staticmethod
     def _window(t: float) -> tuple[int, int]:
         """The first and last head hop of a proposal at `t` (hop k ends at (k + 1) HOP samples)."""

@@ -161,13 +161,12 @@ class Cascaded:
         self.engine = f"rotkws cascade (`{self.path.name}`)"
 
     def spot(self, audio: np.ndarray, record: bool):
-        from app.cascade import ARM_S, CascadeSpotter
+        from app.cascade import CascadeSpotter
         v = self.verifier
         cascade = CascadeSpotter(KeywordModel(self.path), HeadModel(self.path.parent / v["head"]),
                                  v["propose"], v["confirm"], record=record)
-        tail = np.zeros(int((ARM_S + 0.2) * SAMPLE_RATE), np.float32)   # the last windows close
         found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK])]
-        found += [d.time_s for d in cascade.process(tail)]
+        found += [d.time_s for d in cascade.flush()]
         return cascade, np.array(found)
 
     def run(self, audio: np.ndarray) -> Run:

@@ -1,6 +1,8 @@
 """The two-stage wake word (app/cascade.py): the streaming cascade gives the offline rule's
 detections over the two full score tracks, whatever the chunks, and computes the embedding only
 around proposals."""
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +11,13 @@ import soundfile as sf
 import torch
 
 from app.cascade import CascadeSpotter, cascade_detections
-from app.embedding import SAMPLE_RATE, SpeechEmbedding
+from app.embedding import FOLDER, SAMPLE_RATE, SpeechEmbedding
 from app.spotter import WAKE_MODEL, KeywordModel
 from app.wakehead import HeadModel
 from evaluation.sweep import model_rule, score_track, sweep_detections
 from export.embedding_head import HEAD_RULE, export_head
+from export.onnx import write_metadata
+from test_web import TOLERANCE, node, run_node  # noqa: F401  (node: a fixture)
 from training.embedding_head import Head
 
 CLIPS = sorted((Path(__file__).parent / "data" / "wakeword" / "alexa").glob("*.flac"))
@@ -55,7 +59,7 @@ def test_streaming_cascade_is_the_offline_rule(setup):
             n = int(rng.integers(100, 6000))
             got += [d.time_s for d in cascade.process(audio[i:i + n])]
             i += n
-        got += [d.time_s for d in cascade.process(np.zeros(SAMPLE_RATE, np.float32))]   # the last windows close
+        got += [d.time_s for d in cascade.flush()]
         np.testing.assert_allclose(got, expected, atol=1e-6)
         assert cascade.hops_embedded < len(head_scores)        # only around proposals
     assert found[0] > found[-1]                                # confirm mattered
@@ -73,3 +77,27 @@ def test_recorded_hops_give_the_sweep(setup):
     for confirm in np.quantile(head_scores, [0.2, 0.6]):
         _, expected = offline(wake, head, audio, 0.3, confirm)
         np.testing.assert_allclose(cascade_detections(np.array(cascade.proposals), times, scores, confirm), expected)
+
+
+def test_javascript_cascade_matches_python(setup, node, tmp_path):
+    """app/web/cascade.js through onnxruntime-node: Python's confirmed detections at the same times,
+    scores within TOLERANCE, on the bundled alexa.onnx with a head (tests/web/cascade_python.test.mjs)."""
+    wake, head, audio = setup
+    _, head_scores = head.track(audio)
+    propose, confirm = 0.3, float(np.quantile(head_scores, 0.3))
+    cascade = CascadeSpotter(wake, head, propose, confirm)
+    found = [d for i in range(0, len(audio), 4000) for d in cascade.process(audio[i:i + 4000])] + cascade.flush()
+    assert len(found) >= 2
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(head.path, folder / "alexa.head.onnx")
+    write_metadata(wake.path, folder / "alexa.onnx", {"verifier": {"head": "alexa.head.onnx", "propose": propose,
+                                                                   "confirm": confirm}})
+    sf.write(tmp_path / "stream.wav", audio, SAMPLE_RATE, subtype="FLOAT")
+    ref = {"wake": str(folder / "alexa.onnx"), "embedding": str(FOLDER) + "/", "wav": str(tmp_path / "stream.wav"),
+           "chunks": [1, 333, 4000, 1600, 7919], "tolerance": TOLERANCE,
+           "detections": [{"keyword": d.keyword, "timeS": d.time_s, "score": d.score} for d in found],
+           "hops_embedded": cascade.hops_embedded}
+    (tmp_path / "reference.json").write_text(json.dumps(ref))
+    out = run_node(node, "tests/web/cascade_python.test.mjs", env={"ROTKWS_CASCADE_REFERENCE": str(tmp_path / "reference.json")})
+    assert "# pass 2" in out.stdout and "# skipped 0" in out.stdout, out.stdout[-2000:]
