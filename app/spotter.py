@@ -70,7 +70,8 @@ def read_metadata(session: ort.InferenceSession, path: Path) -> dict:
         return {"labels": tuple(json.loads(meta["labels"])), "sample_rate": int(meta["sample_rate"]),
                 "input_multiple": int(meta["input_multiple"]), "max_samples": int(meta["max_samples"]),
                 "streaming": json.loads(meta["streaming"]), "state_size": int(meta["state_size"]),
-                "detection": json.loads(meta.get("detection", "{}"))}
+                "detection": json.loads(meta.get("detection", "{}"))} | (
+            {"verifier": json.loads(meta["verifier"])} if "verifier" in meta else {})   # app/cascade.py
     except (ValueError, TypeError) as e:
         raise ModelError(f"{path}: unreadable rotkws metadata ({e})") from None
 

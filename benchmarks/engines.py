@@ -25,7 +25,6 @@ threshold of a sweep with the same 1 s refractory time (app.detection.REFRACTORY
 spoken phrase is one detection whatever the engine.
 """
 import ctypes
-import json
 import importlib
 import time
 from dataclasses import dataclass
@@ -147,41 +146,35 @@ class Heads:
 
 
 class Cascaded:
-    """A wake file whose metadata names a verifier (export/cascade.py), run as app/cascade.py runs
-    it: the timed pass at its stored thresholds (its CPU, the head stage's only around
-    proposals); an untimed pass that records every head hop near a proposal gives the sweep over
-    the confirming threshold, and must agree with the timed pass at the stored one."""
+    """A wake file whose metadata names a verifier (export/cascade.py), run live as app/cascade.py
+    runs it, at its stored thresholds, recording every head hop near a proposal: the sweep over
+    the confirming threshold comes from those (and must agree with the live detections at the
+    stored one). Its CPU is that pass's, the recording included: an upper bound on the live
+    cascade's (which stops scoring a proposal's hops at the first that confirms it)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         model = KeywordModel(self.path)
-        self.verifier = json.loads(model.meta["verifier"]) if isinstance(model.meta["verifier"], str) \
-            else model.meta["verifier"]
+        self.verifier = model.meta["verifier"]
         self.phrase = model.keywords[0]
         self.engine = f"rotkws cascade (`{self.path.name}`)"
 
-    def spot(self, audio: np.ndarray, record: bool):
-        from app.cascade import CascadeSpotter
+    def run(self, audio: np.ndarray) -> Run:
+        from app.cascade import CascadeSpotter, cascade_detections
         v = self.verifier
         cascade = CascadeSpotter(KeywordModel(self.path), HeadModel(self.path.parent / v["head"]),
-                                 v["propose"], v["confirm"], record=record)
+                                 v["propose"], v["confirm"], record=True)
+        started = time.process_time()
         found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK])]
         found += [d.time_s for d in cascade.flush()]
-        return cascade, np.array(found)
-
-    def run(self, audio: np.ndarray) -> Run:
-        from app.cascade import cascade_detections
-        started = time.process_time()
-        _, found = self.spot(audio, record=False)
         cpu = time.process_time() - started
-        cascade, _ = self.spot(audio, record=True)
         hops = np.array(sorted(cascade.recorded))
         times = (hops + 1) * CHUNK / SAMPLE_RATE
         scores = np.array([cascade.recorded[k] for k in hops])
-        confirm = float(self.verifier["confirm"])
+        confirm = float(v["confirm"])
         thresholds = np.unique(np.concatenate([PROB_THRESHOLDS, THRESHOLDS, [confirm]]))
         sweep = {float(th): cascade_detections(np.array(cascade.proposals), times, scores, th) for th in thresholds}
-        if not np.allclose(sweep[confirm], found):
+        if len(sweep[confirm]) != len(found) or not np.allclose(sweep[confirm], found):
             raise AssertionError(f"{self.path}: the recorded sweep and the live cascade disagree at {confirm}")
         return Run(self.engine, self.phrase, thresholds, confirm, sweep, cpu, len(audio) / SAMPLE_RATE)
 
