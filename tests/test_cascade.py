@@ -101,3 +101,29 @@ def test_javascript_cascade_matches_python(setup, node, tmp_path):
     (tmp_path / "reference.json").write_text(json.dumps(ref))
     out = run_node(node, "tests/web/cascade_python.test.mjs", env={"ROTKWS_CASCADE_REFERENCE": str(tmp_path / "reference.json")})
     assert "# pass 2" in out.stdout and "# skipped 0" in out.stdout, out.stdout[-2000:]
+
+
+def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):
+    """benchmarks/engines.py: a Heads run's sweep is the head file's rule over its track; a Cascaded
+    run's stored-threshold detections are the live CascadeSpotter's, its sweep the offline rule's."""
+    from benchmarks import engines
+    wake, head, audio = setup
+    _, head_scores = head.track(audio)
+    confirm = float(np.quantile(head_scores, 0.3))
+    shutil.copy(head.path, tmp_path / "alexa.head.onnx")
+    write_metadata(wake.path, tmp_path / "alexa.onnx", {"verifier": {"head": "alexa.head.onnx", "propose": 0.3,
+                                                                     "confirm": confirm}})
+    runnable, _ = engines.engines_for(["alexa"], [tmp_path / "alexa.onnx", tmp_path / "alexa.head.onnx"], peers=())
+    assert [type(e).__name__ for e in runnable] == ["Cascaded", "Heads"]
+    cascade, heads = runnable[0].run(audio), runnable[1].run(audio)[0]
+    live = CascadeSpotter(wake, head, 0.3, confirm)
+    found = [d.time_s for i in range(0, len(audio), 1280) for d in live.process(audio[i:i + 1280])] + \
+        [d.time_s for d in live.flush()]
+    np.testing.assert_allclose(cascade.detections[confirm], found)
+    for th in (0.2, 0.5):
+        _, expected = offline(wake, head, audio, 0.3, th)
+        np.testing.assert_allclose(cascade.detections[th], expected)
+    assert heads.phrase == "alexa" and heads.cpu_s > 0
+    times = np.arange(1, len(head_scores) + 1) * 0.08
+    above = times[head_scores >= 0.5]
+    assert len(heads.detections[0.5]) and set(heads.detections[0.5]) <= set(np.round(above, 9))
