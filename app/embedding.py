@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-SAMPLE_RATE = 16_000
+from corpus.rate import SAMPLE_RATE
+
 HOP = 1280                  # samples per embedding: 80 ms
 MEL_HOP = 160               # samples per mel frame: 10 ms
 MEL_PER_HOP = HOP // MEL_HOP   # 8 mel frames per hop

@@ -21,8 +21,9 @@ from app.embedding import HOP, SAMPLE_RATE
 from app.spotter import KeywordModel
 from app.wakehead import HeadModel
 from corpus.folders import default_data_root
-from evaluation.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
-from training.enroll import VALIDATION_FA_PER_HOUR, noise_audio
+from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from app.wake_rule import VALIDATION_FA_PER_HOUR
+from training.enroll import noise_audio
 
 from .embedding_head import cached_embeddings
 from .enroll import stream_threshold, validation_stream

@@ -20,10 +20,11 @@ from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE
 from app.wakehead import HEAD_TASK, HeadModel
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
-from evaluation.sweep import THRESHOLDS, sweep_detections
+from app.sweep import THRESHOLDS, sweep_detections
 from training import embedding_head as recipe
 from training import progress, tts
-from training.enroll import VALIDATION_FA_PER_HOUR, EnrollConfig
+from app.wake_rule import VALIDATION_FA_PER_HOUR
+from training.enroll import EnrollConfig
 
 from .enroll import stream_threshold, validation_stream
 from .onnx import set_metadata

@@ -14,7 +14,7 @@ from app.cascade import CascadeSpotter, cascade_detections
 from app.embedding import FOLDER, SAMPLE_RATE, SpeechEmbedding
 from app.spotter import WAKE_MODEL, KeywordModel
 from app.wakehead import HeadModel
-from evaluation.sweep import model_rule, score_track, sweep_detections
+from app.sweep import model_rule, score_track, sweep_detections
 from export.embedding_head import HEAD_RULE, export_head
 from export.onnx import write_metadata
 from test_web import TOLERANCE, node, run_node  # noqa: F401  (node: a fixture)

@@ -36,16 +36,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.embedding import EMBED_DIM, HOP, SAMPLE_RATE, SpeechEmbedding
-from evaluation import wakestream
-from training import enroll as recipe
+from evaluation import streams
+from training import enroll_examples as ex
+from training.enroll import EnrollConfig, Items, gather
 from training import progress
 
 HEAD_HOPS = 16                # embeddings the head reads: 1.28 s of hops, 1.96 s of audio
 EXAMPLE_S = 3.0               # seconds per example
 PHRASE_END_S = (2.0, 2.45)    # a positive's phrase ends this far into its example
 LEAD_S = 1.5                  # noise before each utterance of speech, so its first windows are full
-POSITIVE_BEFORE_END_S = recipe.POSITIVE_BEFORE_END_S
-POSITIVE_AFTER_END_S = recipe.POSITIVE_AFTER_END_S
+POSITIVE_BEFORE_END_S = ex.POSITIVE_BEFORE_END_S
+POSITIVE_AFTER_END_S = ex.POSITIVE_AFTER_END_S
 PHRASE, OTHER, IGNORE = 1, 0, -1
 PHRASE_SHARE = 0.3            # of each batch
 CACHE = Path(os.environ.get("ROTKWS_CACHE", Path.home() / ".cache" / "rotkws")) / "embeddings"
@@ -91,18 +92,18 @@ def phrase_end(audio: np.ndarray) -> int:
 def over_noise(canvas: np.ndarray, item: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
     """`canvas` over a random crop of the noise bed at SNR_DB to `item` by peak frame energy
     (CLEAN_SHARE of the time no noise; an empty item: noise at its own level, NOISE_ONLY_DB)."""
-    if rng.random() < recipe.CLEAN_SHARE and item.any():
+    if rng.random() < ex.CLEAN_SHARE and item.any():
         return canvas
     start = int(rng.integers(0, len(noise) - len(canvas)))
     crop = noise[start:start + len(canvas)]
-    gain = (wakestream.noise_gain(item, crop, rng.uniform(*recipe.SNR_DB)) if item.any()
-            else 10 ** (rng.uniform(*recipe.NOISE_ONLY_DB) / 20))
+    gain = (streams.noise_gain(item, crop, rng.uniform(*ex.SNR_DB)) if item.any()
+            else 10 ** (rng.uniform(*ex.NOISE_ONLY_DB) / 20))
     return canvas + gain * crop
 
 
 def level(audio: np.ndarray, rng) -> np.ndarray:
     """The whole example quieter by LEVEL_DB (a quieter microphone), kept inside full scale."""
-    out = audio * 10 ** (rng.uniform(*recipe.LEVEL_DB) / 20)
+    out = audio * 10 ** (rng.uniform(*ex.LEVEL_DB) / 20)
     return (out / max(1.0, np.abs(out).max() / 0.999)).astype(np.float32)
 
 
@@ -123,12 +124,12 @@ def hop_labels(hops: int, start: int | None = None, end: int | None = None) -> n
 def positive(clip: np.ndarray, context: list[np.ndarray], noise: np.ndarray, rng):
     """(audio, labels) of one phrase example."""
     n = int(EXAMPLE_S * SAMPLE_RATE)
-    item = recipe.vary(clip, rng, True)
+    item = ex.vary(clip, rng, True)
     end = int(rng.uniform(*PHRASE_END_S) * SAMPLE_RATE)
     at = end - phrase_end(item)
     canvas = np.zeros(n, np.float32)
     paste(canvas, item, at)
-    if context and rng.random() < recipe.CONTEXT_SHARE:
+    if context and rng.random() < ex.CONTEXT_SHARE:
         word = context[int(rng.integers(len(context)))]
         paste(canvas, word, at - int(rng.uniform(0.1, 0.6) * SAMPLE_RATE) - len(word))
     audio = level(over_noise(canvas, item, noise, rng), rng)
@@ -141,7 +142,7 @@ def negative(clip: np.ndarray | None, noise: np.ndarray, rng, synthetic: bool):
     canvas = np.zeros(n, np.float32)
     item = np.zeros(0, np.float32)
     if clip is not None:
-        item = recipe.vary(clip, rng, synthetic)
+        item = ex.vary(clip, rng, synthetic)
         paste(canvas, item, int(rng.integers(-len(item) // 2, n - len(item) // 2)))
     return level(over_noise(canvas, item, noise, rng), rng), hop_labels(n // HOP)
 
@@ -190,7 +191,7 @@ class Rows:
         return self.embeddings[ends[:, None] + torch.arange(1 - HEAD_HOPS, 1)].float()
 
 
-def rows(ears: SpeechEmbedding, items: recipe.Items, cfg: HeadConfig, rng) -> Rows:
+def rows(ears: SpeechEmbedding, items: Items, cfg: HeadConfig, rng) -> Rows:
     """Steps 1–2 of the module docstring over enroll's gathered items."""
     n_real_speech = items.sources["speech_utterances"]
     context = items.synthetic + items.real
@@ -251,13 +252,13 @@ def train(data: Rows, cfg: HeadConfig) -> tuple[Head, list[float]]:
     return head.eval(), losses
 
 
-def fit(phrase: str, data: Path, enroll_cfg: recipe.EnrollConfig, cfg: HeadConfig,
-        ears: SpeechEmbedding | None = None) -> tuple[Head, dict, recipe.Items]:
+def fit(phrase: str, data: Path, enroll_cfg: EnrollConfig, cfg: HeadConfig,
+        ears: SpeechEmbedding | None = None) -> tuple[Head, dict, Items]:
     """The head for `phrase` on enroll's items, trained; what it was trained on, for the metadata."""
     started = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     ears = ears or SpeechEmbedding()
-    items = recipe.gather(phrase, data, enroll_cfg, rng)
+    items = gather(phrase, data, enroll_cfg, rng)
     rows_ = rows(ears, items, cfg, rng)
     head, losses = train(rows_, cfg)
     meta = {"training_data": {"enrolled_phrase": phrase, **items.sources},
