@@ -165,6 +165,19 @@ def write_readme(text: str, path: Path = README) -> None:
     path.write_text(head + a + "\n" + text.strip() + "\n" + b + rest.split(b, 1)[1])
 
 
+EARLIER = "(earlier run)"
+
+
+def earlier_rows(path: Path, counts: dict, hours: float) -> list[dict]:
+    """The results of an earlier run's --json, which must be of this stream; marked EARLIER."""
+    run = json.loads(path.read_text())
+    if run["counts"] != counts or abs(run["hours"] - hours) > 1e-6:
+        raise ValueError(f"{path}: another stream ({run['hours']:.3f} h, {run['counts']}), expected "
+                         f"{hours:.3f} h, {counts}")
+    return [r | {"engine": f"{r['engine']} {EARLIER}", "budgets": {float(k): v for k, v in r["budgets"].items()}}
+            for r in run["results"]]
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks.wakeword", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,6 +189,9 @@ def parse_args(argv):
     p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     p.add_argument("--jobs", type=int, default=2, help="engines run at once, one process each (default: %(default)s)")
     p.add_argument("--json", default=None, help="also write every DET row here")
+    p.add_argument("--rows-from", default=None, metavar="JSON",
+                   help="add the rows of an earlier run's --json on the same stream (its hours, seed and items "
+                        "checked), marked as such: an engine measured while other work went on")
     p.add_argument("--no-write", action="store_true", help="print the table; leave BENCHMARKS.md and README alone")
     return p.parse_args(argv)
 
@@ -196,8 +212,12 @@ def main(argv=None) -> int:
         print(f"{r['engine']} {r['phrase']}: default {pct(r['default'])} at {r['default']['fa_per_hour']:.1f} FA/h; "
               f"1 FA/h {pct(r['budgets'][1.0])}; 1 FA/10 h {pct(r['budgets'][0.1])}; "
               f"{r['cpu_ms_per_s']:.1f} ms/s", file=sys.stderr)
+    later = ""
+    if args.rows_from:
+        results += earlier_rows(Path(args.rows_from), counts, hours)
+        later = f" Rows marked {EARLIER}: an earlier run of this same stream ({Path(args.rows_from).name})."
     text = table(results, missing)
-    note = textwrap.fill(describe(counts, hours, args.seed), 100)   # no line wider than a screen
+    note = textwrap.fill(describe(counts, hours, args.seed) + later, 100)   # no line wider than a screen
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"counts": counts, "hours": hours, "results": results,

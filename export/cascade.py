@@ -23,9 +23,11 @@ from app.wakehead import HeadModel
 from corpus.folders import default_data_root
 from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from app.wake_rule import VALIDATION_FA_PER_HOUR
-from training.enroll import noise_audio
+from corpus.labels import OTHER
+from training.embedding_head import Head
+from training.enroll import EnrollConfig, noise_audio
 
-from .embedding_head import cached_embeddings
+from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head
 from .enroll import stream_threshold, validation_stream
 from .onnx import read_metadata, write_metadata
 
@@ -33,8 +35,8 @@ PROPOSALS_PER_HOUR = 60.0     # the head stage's budget on validation speech: ~4
 HEAD_SUFFIX = ".head.onnx"
 
 
-def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_hour: float) -> dict:
-    audio, hours = validation_stream(data, noise_audio(data), 0.0, np.random.default_rng(seed), wake.keywords[0])
+def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_hour: float, hours: float = 0.0) -> dict:
+    audio, hours = validation_stream(data, noise_audio(data), hours, np.random.default_rng(seed), wake.keywords[0])
     times, scores = score_track(wake, audio)
     sweep = sweep_detections(times, scores, wake.labels, wake.keywords, THRESHOLDS, **model_rule(wake))
     counts = {th: len(d) for th, d in sweep.items()}
@@ -51,17 +53,28 @@ def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_ho
             "validation_stream_false_accepts": fas[min(fas, key=lambda c: abs(c - confirm))]}
 
 
-def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour: float) -> dict:
+def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour: float, hours: float = 0.0) -> dict:
     wake, head = KeywordModel(wake_path), HeadModel(head_path)
     if head.phrase != wake.keywords[0]:
         raise ValueError(f"{head_path} listens for {head.phrase!r}, {wake_path} for {wake.keywords[0]!r}")
     seed = json.loads(read_metadata(wake_path).get("enroll", "{}")).get("config", {}).get("seed", 0)
-    chosen = choose(wake, head, data, seed, fa_per_hour)
+    chosen = choose(wake, head, data, seed, fa_per_hour, hours)
     verifier = out.with_name(out.stem + HEAD_SUFFIX)
     if head_path.resolve() != verifier.resolve():
         shutil.copyfile(head_path, verifier)
     write_metadata(wake_path, out, {"verifier": {"head": verifier.name, **chosen}})
     return chosen
+
+
+def attach_head(head: Head, head_meta: dict, wake_path: Path, data: Path, cfg: EnrollConfig) -> dict:
+    """`rotkws enroll --verifier`: the trained head written beside the wake file as its verifier,
+    its own threshold chosen as a head file's is, then both of the cascade's."""
+    phrase = KeywordModel(wake_path).keywords[0]
+    verifier = wake_path.with_name(wake_path.stem + HEAD_SUFFIX)
+    export_head(head, verifier, head_meta | {"labels": [phrase, OTHER], "detection": HEAD_RULE | {"threshold": 0.5}})
+    own = choose_threshold(verifier, data, noise_audio(data), cfg, np.random.default_rng(cfg.seed))
+    write_metadata(verifier, verifier, {"detection": HEAD_RULE | {"threshold": own["threshold"]}})
+    return attach(wake_path, verifier, wake_path, data, cfg.fa_per_hour, cfg.validation_hours)
 
 
 def main(argv=None) -> int:

@@ -56,20 +56,20 @@ def export_head(head: recipe.Head, path: Path, meta: dict) -> Path:
 
 
 def cached_embeddings(model: HeadModel, audio: np.ndarray) -> np.ndarray:
-    """The stream's embeddings, from recipe.CACHE where an earlier run made them."""
+    """The stream's embeddings, from the cache where an earlier run made them."""
     key = hashlib.sha1(recipe.CACHE_VERSION.encode() + audio.tobytes()).hexdigest()
-    path = recipe.CACHE / f"stream-{key}.npy"
+    path = recipe.cache_folder() / f"stream-{key}.npy"
     if path.is_file():
         return np.load(path)
     e = model.ears.embed(audio)
-    recipe.CACHE.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, e)
     return e
 
 
 def choose_threshold(path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfig, rng) -> dict:
     model = HeadModel(path)
-    audio, hours = validation_stream(data, noise, cfg.validation_hours, rng, model.phrase)
+    audio, hours = validation_stream(data, noise, cfg.validation_hours, rng, model.phrase)   # as export/cascade.py's
     e = cached_embeddings(model, audio)
     scores = model.scores(e)
     times = np.arange(1, len(scores) + 1) * HOP / SAMPLE_RATE

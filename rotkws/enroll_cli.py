@@ -40,7 +40,7 @@ from corpus.labels import OTHER
 from export.onnx import export_onnx, write_metadata
 from export.wake_threshold import choose_on_stream
 from training import progress, tts
-from training.enroll import EnrollConfig
+from training.enroll import EnrollConfig, gather
 from training.enroll_fit import DEFAULT_CHECKPOINT, fit
 from training.kokoro import KokoroError
 from training.tts import PhraseError
@@ -70,6 +70,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--recordings", nargs="+", default=[], metavar="FILE",
                    help="real recordings of the phrase, trained on beside the synthetic ones "
                         "(augmented as they are); default: none, text alone")
+    p.add_argument("--speech", nargs="+", default=[], metavar="DIR",
+                   help="your own folders of speech, negatives beside the shipped ones: LibriSpeech's layout "
+                        "(its .trans.txt transcripts) or audio files (a .txt transcript beside each, where there "
+                        "is one); an utterance that says the phrase is left out")
+    p.add_argument("--verifier", action="store_true",
+                   help="also train a head on Google's frozen speech embedding (docs/ears.md) and write it beside "
+                        "the file as its verifier: the wake file proposes, the head confirms (app/cascade.py)")
     p.add_argument("--fa-per-hour", type=float, default=d.fa_per_hour,
                    help="false accepts per hour the stored threshold allows on the validation stream "
                         "(default: %(default)s)")
@@ -83,10 +90,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollConfig,
-           say=tts.synthesize) -> dict:
-    """The whole recipe; returns what it measured (also in the file's metadata)."""
+           say=tts.synthesize, verifier: bool = False) -> dict:
+    """The whole recipe; returns what it measured (also in the file's metadata). `verifier`:
+    a head on the speech embedding trains on the same items first (docs/ears.md), and the file
+    names it as its verifier."""
     started = time.perf_counter()
-    trained = fit(phrase, checkpoint, data, cfg, say)
+    items, head = None, None
+    if verifier:
+        from training.embedding_head import HeadConfig, fit_items
+        items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
+        head = fit_items(phrase, items, HeadConfig(seed=cfg.seed))
+    trained = fit(phrase, checkpoint, data, cfg, say, items=items)
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
     with progress.stage("threshold"):
@@ -95,6 +109,11 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
+    if head is not None:
+        from .cascade import attach_head
+        with progress.stage("verifier"):
+            meta["enroll"]["verifier"] = attach_head(*head, output, data, cfg)
+        write_metadata(output, output, {"enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
 
 
@@ -106,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = EnrollConfig(**{k: getattr(args, k) for k in INT_OPTIONS}, validation_hours=args.validation_hours,
                        fa_per_hour=args.fa_per_hour,
                        negative_weight=args.negative_weight,
-                       peak_weight=args.peak_weight, recordings=tuple(args.recordings))
+                       peak_weight=args.peak_weight, recordings=tuple(args.recordings),
+                       speech_dirs=tuple(args.speech))
     torch.set_num_threads(cfg.threads)
     progress.configure(args.progress)
     try:
         phrase = tts.check_phrase(args.phrase)
         data = Path(args.data).resolve() if args.data else default_data_root()
-        report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg)
+        report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg, verifier=args.verifier)
     except (PhraseError, ClipError, KokoroError, ValueError) as e:
         print(f"rotkws enroll: {e}", file=sys.stderr)
         progress.emit("error", message=str(e))

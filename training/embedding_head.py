@@ -25,7 +25,6 @@ Commands log-mel images are left out, as they are no audio.
    export/embedding_head.py.
 """
 import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from evaluation import streams
 from training import enroll_examples as ex
 from training.enroll import EnrollConfig, Items, gather
 from training import progress
+from training.kokoro import cache_dir
 
 HEAD_HOPS = 16                # embeddings the head reads: 1.28 s of hops, 1.96 s of audio
 EXAMPLE_S = 3.0               # seconds per example
@@ -49,7 +49,6 @@ POSITIVE_BEFORE_END_S = ex.POSITIVE_BEFORE_END_S
 POSITIVE_AFTER_END_S = ex.POSITIVE_AFTER_END_S
 PHRASE, OTHER, IGNORE = 1, 0, -1
 PHRASE_SHARE = 0.3            # of each batch
-CACHE = Path(os.environ.get("ROTKWS_CACHE", Path.home() / ".cache" / "rotkws")) / "embeddings"
 CACHE_VERSION = "1"           # bump when a cached piece would be made differently
 
 
@@ -161,10 +160,16 @@ def speech_piece(utterance: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
 
 
 # -- the embedding, computed once -----------------------------------------------------------------
-def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Path = CACHE) -> list[np.ndarray]:
+def cache_folder() -> Path:
+    """Where embeddings are kept: $ROTKWS_CACHE/embeddings (default ~/.cache/rotkws), read when asked."""
+    return cache_dir() / "embeddings"
+
+
+def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Path | None = None) -> list[np.ndarray]:
     """Each utterance's speech piece (`speech_piece`, its randomness seeded by its audio) embedded,
     (hops, EMBED_DIM) float16, read from `folder` where an earlier run (any phrase, any seed)
     wrote it."""
+    folder = folder or cache_folder()
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for audio in progress.bar(pieces, desc="speech embeddings", unit="utterance"):
@@ -255,10 +260,18 @@ def train(data: Rows, cfg: HeadConfig) -> tuple[Head, list[float]]:
 def fit(phrase: str, data: Path, enroll_cfg: EnrollConfig, cfg: HeadConfig,
         ears: SpeechEmbedding | None = None) -> tuple[Head, dict, Items]:
     """The head for `phrase` on enroll's items, trained; what it was trained on, for the metadata."""
-    started = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
-    ears = ears or SpeechEmbedding()
     items = gather(phrase, data, enroll_cfg, rng)
+    head, meta = fit_items(phrase, items, cfg, ears, rng)
+    return head, meta, items
+
+
+def fit_items(phrase: str, items: Items, cfg: HeadConfig, ears: SpeechEmbedding | None = None,
+              rng=None) -> tuple[Head, dict]:
+    """The head for `phrase` on items `gather` made (their speech still held), trained."""
+    started = time.perf_counter()
+    rng = rng or np.random.default_rng(cfg.seed + 1)
+    ears = ears or SpeechEmbedding()
     rows_ = rows(ears, items, cfg, rng)
     head, losses = train(rows_, cfg)
     meta = {"training_data": {"enrolled_phrase": phrase, **items.sources},
@@ -266,4 +279,4 @@ def fit(phrase: str, data: Path, enroll_cfg: EnrollConfig, cfg: HeadConfig,
                        "phrase_rows": int((rows_.labels == PHRASE).sum()), "steps": len(losses),
                        "final_loss": float(np.mean(losses[-50:])),
                        "train_seconds": round(time.perf_counter() - started, 1), "config": vars(cfg)}}
-    return head, meta, items
+    return head, meta

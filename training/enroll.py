@@ -76,6 +76,8 @@ class EnrollConfig:
     validation_hours: float = 0.0  # the threshold's stream; 0: every validation utterance once
     fa_per_hour: float = VALIDATION_FA_PER_HOUR   # … and the false accepts per hour it may have there
     recordings: tuple = ()       # real recordings of the phrase, if any: positives beside the synthetic ones
+    speech_dirs: tuple = ()      # the user's own folders of speech (evaluation/speech.py: speech_folder): every
+                                 # utterance whose transcript does not say the phrase joins the negatives
     seed: int = 0
     threads: int = 1
 
@@ -132,11 +134,13 @@ def noise_audio(data: Path) -> np.ndarray:
     return real_speech.noise_bed(data)
 
 
-def speech_negatives(data: Path, phrase: str, n: int, rng) -> tuple[list[np.ndarray], list[str]]:
+def speech_negatives(data: Path, phrase: str, n: int, rng, folders=()) -> tuple[list[np.ndarray], list[str]]:
     """Up to `n` training utterances of continuous speech whose transcript does not hold the
-    phrase (evaluation/speech.py), drawn at random, as 16 kHz audio, and their transcripts."""
+    phrase (evaluation/speech.py), drawn at random, then every such utterance of the user's
+    `folders` (`--speech`), as 16 kHz audio, and their transcripts."""
     found = real_speech.utterances(data, "training", phrase)
     found = [found[i] for i in np.sort(rng.permutation(len(found))[:n])]
+    found += [u for f in folders for u in real_speech.speech_folder(f) if not real_speech.holds_phrase(u.text, phrase)]
     return [real_speech.read(u.path) for u in found], [u.text for u in found]
 
 
@@ -185,6 +189,8 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize, 
     """Synthesise the phrase and the synthetic negatives; read the real negatives. `kokoro`: the
     Kokoro engine (default: training/kokoro.py's, made when cfg asks for Kokoro clips)."""
     recorded, unreadable = read_recordings(cfg.recordings)          # first: a bad list fails at once
+    users = {str(f): sum(not real_speech.holds_phrase(u.text, phrase) for u in real_speech.speech_folder(f))
+             for f in cfg.speech_dirs}                               # … and a bad folder of speech
     for line in unreadable:
         print(f"enroll: left out {line}", file=sys.stderr)
     others = [w for w in NEGATIVE_WORDS if not same_word(w, phrase)]
@@ -203,7 +209,7 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize, 
                           f"{len(pos.clips)} times out of {asked}")
     real = real_negatives(data, phrase, cfg.wav_negatives, rng)
     images = image_negatives(data, phrase, cfg.images, rng)
-    speech, texts = (speech_negatives(data, phrase, UTTERANCES_PER_WINDOW * cfg.speech_negatives, rng)
+    speech, texts = (speech_negatives(data, phrase, UTTERANCES_PER_WINDOW * cfg.speech_negatives, rng, cfg.speech_dirs)
                      if cfg.speech_negatives else ([], []))
     sentences = tts.Synthesis([], {})
     if (cfg.tts_sentences or cfg.kokoro_sentences) and texts:
@@ -217,7 +223,7 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize, 
                              | ({"recordings_unreadable": len(unreadable)} if unreadable else {}),
                "synthetic_negatives": len(neg.clips) + len(part.clips) + len(k_neg.clips),
                "phrase_pieces": parts, "real_recordings": len(real), "images": len(images),
-               "speech_utterances": len(speech), "synthetic_sentences": len(sentences.clips),
+               "speech_utterances": len(speech), **({"speech_folders": users} if users else {}), "synthetic_sentences": len(sentences.clips),
                "speech_examples": cfg.speech_negatives if speech else 0,
                "noise_examples": cfg.noise_negatives,
                "folders": [IMAGE_TRAIN_ZIP, SAMPLE_FOLDER, *(f"{WAKEWORD_FOLDER}/{w} (even-numbered)"

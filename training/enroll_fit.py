@@ -23,7 +23,7 @@ from app.wake_rule import MAX_THRESHOLD, SPEECH, WAKE_RULE, best_runs, smooth
 from corpus.labels import OTHER
 from model.classifiers import load_checkpoint
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.enroll import EnrollConfig, gather
+from training.enroll import EnrollConfig, Items, gather
 from training.enroll_examples import OTHER_CLASS, PHRASE_CLASS, example_kinds, examples
 from training.module import optimizer, schedule
 from training.paths import REPO
@@ -162,8 +162,10 @@ class Fit:
     held_kind: np.ndarray        # (N,) their kinds
 
 
-def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.synthesize) -> Fit:
-    """Steps 1–4 of the recipe (rotkws/enroll_cli.py): the network for `phrase`, trained."""
+def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.synthesize,
+        items: Items | None = None) -> Fit:
+    """Steps 1–4 of the recipe (rotkws/enroll_cli.py): the network for `phrase`, trained (on
+    `items` where given: what `gather` made for another recipe too)."""
     started = time.perf_counter()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -172,7 +174,7 @@ def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.sy
         raise ValueError(f"{checkpoint}: enroll needs a causal RotRNN with the logmel front-end")
     if not 1 <= cfg.blocks <= backbone.cfg.layers:
         raise ValueError(f"expected --blocks from 1 to the backbone's {backbone.cfg.layers} layers, got {cfg.blocks}")
-    items = gather(phrase, data, cfg, rng, say)
+    items = items or gather(phrase, data, cfg, rng, say)
     kind = example_kinds(items)
     held = rng.random(len(kind)) < VALIDATION_SHARE
     x, y = examples(items, rng)                  # items.speech is let go as it is rendered
