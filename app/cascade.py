@@ -13,8 +13,12 @@ Each head hop is computed once, as the offline head computes it over the whole s
 gives exactly the detections of the streaming `CascadeSpotter`, which spends the embedding's
 cost only around proposals. numpy + onnxruntime; never torch.
 """
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
 
+from app.audio import StreamResampler, check_rate, to_mono_float32
 from app.detection import REFRACTORY_S, Detection
 from app.embedding import HOP, MEL_CONTEXT, MEL_PER_HOP, MEL_WINDOW, SAMPLE_RATE
 from app.spotter import KeywordModel, KeywordSpotter
@@ -40,8 +44,24 @@ def cascade_detections(proposals: np.ndarray, head_times: np.ndarray, head_score
     return np.array(out)
 
 
+@dataclass
+class CascadeResult:
+    detections: list = field(default_factory=list)   # confirmed: [Detection]
+    proposals: int = 0                               # the wake file's proposals in this call
+
+
 class CascadeSpotter:
-    """Live: `process(chunk)` of 16 kHz float32 mono → confirmed detections (Detection)."""
+    """Live: `process(chunk, rate)` → CascadeResult, the confirmed detections; `flush()` at a
+    stream's end. Audio at any rate, mono or not, as KeywordSpotter takes it."""
+
+    @classmethod
+    def from_file(cls, path) -> "CascadeSpotter":
+        """The wake file at `path` and the verifier its metadata names, beside it, at its thresholds."""
+        wake = KeywordModel(path)
+        if "verifier" not in wake.meta:
+            raise ValueError(f"{path}: no verifier in its metadata (expected a file `rotkws enroll --verifier` wrote)")
+        v = wake.meta["verifier"]
+        return cls(wake, HeadModel(Path(path).parent / v["head"]), v["propose"], v["confirm"])
 
     def __init__(self, wake: KeywordModel, head: HeadModel, propose: float, confirm: float,
                  record: bool = False):
@@ -53,10 +73,13 @@ class CascadeSpotter:
         self.spotter = KeywordSpotter(wake, threshold=propose)
         self.head, self.confirm = head, float(confirm)
         self.keep = (head.hops + MEL_HOPS + int(np.ceil((LOOKBACK_S + ARM_S) * SAMPLE_RATE / HOP)) + 2) * HOP
+        self.model = wake
+        self.resampler = StreamResampler(SAMPLE_RATE)
         self.reset()
 
     def reset(self) -> None:
         self.spotter.reset()
+        self.resampler.reset()
         self.audio = np.zeros(0, np.float32)      # the last samples heard, ending at self.heard
         self.heard = 0                            # samples heard since the stream started
         self.mels, self.vectors, self.scores = {}, {}, {}   # by hop index, computed on demand
@@ -65,22 +88,28 @@ class CascadeSpotter:
         self.hops_embedded = 0                    # what the head stage cost: embeddings computed
         self.proposals, self.recorded, self.watched = [], {}, []
 
-    def process(self, chunk: np.ndarray) -> list[Detection]:
-        chunk = np.asarray(chunk, np.float32).reshape(-1)
+    def process(self, chunk: np.ndarray, sample_rate: int = SAMPLE_RATE) -> CascadeResult:
+        return self._consume(self.resampler(to_mono_float32(chunk), check_rate(sample_rate)))
+
+    def _consume(self, chunk: np.ndarray) -> CascadeResult:
         proposals = self.spotter.process(chunk, SAMPLE_RATE).detections
-        self.audio = np.concatenate([self.audio, chunk])[-self.keep:]
+        self.audio = np.concatenate([self.audio, chunk])       # trimmed to `keep` once confirmed
         self.heard += len(chunk)
         self.pending += [d.time_s for d in proposals]
         if self.record:
             self.proposals += [d.time_s for d in proposals]
             self.watched += [self._window(d.time_s) for d in proposals]
             self._watch()
-        return self._confirm()
+        confirmed = self._confirm()
+        self.audio = self.audio[-self.keep:]
+        return CascadeResult(confirmed, len(proposals))
 
-    def flush(self) -> list[Detection]:
-        """The end of a stream: enough silence (whole spotter hops) for the last windows to close."""
+    def flush(self) -> CascadeResult:
+        """The end of a stream: what the resampler holds, then enough silence (whole spotter
+        hops) for the last windows to close. Call reset() before another stream."""
         hop = self.spotter.model.hop_samples
-        return self.process(np.zeros(int(np.ceil((ARM_S + 0.2) * SAMPLE_RATE / hop)) * hop, np.float32))
+        tail = np.zeros(int(np.ceil((ARM_S + 0.2) * SAMPLE_RATE / hop)) * hop, np.float32)
+        return self._consume(np.concatenate([self.resampler.flush(), tail]))
 
     @staticmethod
     def _window(t: float) -> tuple[int, int]:

@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.cascade import CascadeSpotter
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, KeywordSpotter, detection_settings
 from app.twostage import (COMMAND_CONFIDENT, COMMAND_STATE, COMMAND_STATES, COMMAND_THRESHOLD, WINDOW_S,
                           WakeCommandSpotter)
@@ -103,7 +104,10 @@ def make_spotter(args) -> KeywordSpotter:
     rule = {"threshold": args.threshold, "smoothing": args.smoothing, "min_hops": args.min_hops,
             "refractory_s": args.refractory, "flush_s": args.flush}
     if args.wake is None:
-        return KeywordSpotter(KeywordModel(args.model), keywords=args.keywords, **rule)
+        model = KeywordModel(args.model)
+        if "verifier" in model.meta and not args.scores:     # a wake file with its head: the cascade
+            return CascadeSpotter.from_file(model.path)
+        return KeywordSpotter(model, keywords=args.keywords, **rule)
     if args.model is not None:
         raise ValueError("--model and --wake: give the wake word as --wake and the commands as --commands")
     return WakeCommandSpotter(KeywordModel(args.wake), KeywordModel(args.commands or COMMAND_MODEL),

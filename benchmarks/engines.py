@@ -165,8 +165,8 @@ class Cascaded:
         cascade = CascadeSpotter(KeywordModel(self.path), HeadModel(self.path.parent / v["head"]),
                                  v["propose"], v["confirm"], record=True)
         started = time.process_time()
-        found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK])]
-        found += [d.time_s for d in cascade.flush()]
+        found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK]).detections]
+        found += [d.time_s for d in cascade.flush().detections]
         cpu = time.process_time() - started
         hops = np.array(sorted(cascade.recorded))
         times = (hops + 1) * CHUNK / SAMPLE_RATE

@@ -28,7 +28,7 @@ from training.embedding_head import Head
 from training.enroll import EnrollConfig, noise_audio
 
 from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head
-from .enroll import stream_threshold, validation_stream
+from .wake_threshold import stream_threshold, validation_stream
 from .onnx import read_metadata, write_metadata
 
 PROPOSALS_PER_HOUR = 60.0     # the head stage's budget on validation speech: ~40 ms of CPU each

@@ -26,7 +26,7 @@ from training import progress, tts
 from app.wake_rule import VALIDATION_FA_PER_HOUR
 from training.enroll import EnrollConfig
 
-from .enroll import stream_threshold, validation_stream
+from .wake_threshold import stream_threshold, validation_stream
 from .onnx import set_metadata
 
 HEAD_RULE = {"smoothing": 1, "min_hops": 1, "refractory_s": REFRACTORY_S}   # the peers' rule

@@ -37,9 +37,11 @@ from app.wake_rule import held_out_rates
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
+from export.cascade import attach_head
 from export.onnx import export_onnx, write_metadata
 from export.wake_threshold import choose_on_stream
 from training import progress, tts
+from training.embedding_head import HeadConfig, fit_items
 from training.enroll import EnrollConfig, gather
 from training.enroll_fit import DEFAULT_CHECKPOINT, fit
 from training.kokoro import KokoroError
@@ -97,7 +99,6 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     started = time.perf_counter()
     items, head = None, None
     if verifier:
-        from training.embedding_head import HeadConfig, fit_items
         items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
         head = fit_items(phrase, items, HeadConfig(seed=cfg.seed))
     trained = fit(phrase, checkpoint, data, cfg, say, items=items)
@@ -110,7 +111,6 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
     if head is not None:
-        from .cascade import attach_head
         with progress.stage("verifier"):
             meta["enroll"]["verifier"] = attach_head(*head, output, data, cfg)
         write_metadata(output, output, {"enroll": meta["enroll"]})

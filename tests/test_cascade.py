@@ -56,10 +56,10 @@ def test_streaming_cascade_is_the_offline_rule(setup):
         rng = np.random.default_rng(1)
         cascade, got, i = CascadeSpotter(wake, head, propose, confirm), [], 0
         while i < len(audio):
-            n = int(rng.integers(100, 6000))
-            got += [d.time_s for d in cascade.process(audio[i:i + n])]
+            n = int(rng.integers(100, 40000))
+            got += [d.time_s for d in cascade.process(audio[i:i + n]).detections]
             i += n
-        got += [d.time_s for d in cascade.flush()]
+        got += [d.time_s for d in cascade.flush().detections]
         np.testing.assert_allclose(got, expected, atol=1e-6)
         assert cascade.hops_embedded < len(head_scores)        # only around proposals
     assert found[0] > found[-1]                                # confirm mattered
@@ -86,7 +86,8 @@ def test_javascript_cascade_matches_python(setup, node, tmp_path):
     _, head_scores = head.track(audio)
     propose, confirm = 0.3, float(np.quantile(head_scores, 0.3))
     cascade = CascadeSpotter(wake, head, propose, confirm)
-    found = [d for i in range(0, len(audio), 4000) for d in cascade.process(audio[i:i + 4000])] + cascade.flush()
+    found = [d for i in range(0, len(audio), 4000) for d in cascade.process(audio[i:i + 4000]).detections] + \
+        cascade.flush().detections
     assert len(found) >= 2
     folder = tmp_path / "models"
     folder.mkdir()
@@ -95,7 +96,7 @@ def test_javascript_cascade_matches_python(setup, node, tmp_path):
                                                                    "confirm": confirm}})
     sf.write(tmp_path / "stream.wav", audio, SAMPLE_RATE, subtype="FLOAT")
     ref = {"wake": str(folder / "alexa.onnx"), "embedding": str(FOLDER) + "/", "wav": str(tmp_path / "stream.wav"),
-           "chunks": [1, 333, 4000, 1600, 7919], "tolerance": TOLERANCE,
+           "chunks": [1, 333, 4000, 1600, 7919, 48000], "tolerance": TOLERANCE,
            "detections": [{"keyword": d.keyword, "timeS": d.time_s, "score": d.score} for d in found],
            "hops_embedded": cascade.hops_embedded}
     (tmp_path / "reference.json").write_text(json.dumps(ref))
@@ -117,8 +118,8 @@ def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):
     assert [type(e).__name__ for e in runnable] == ["Cascaded", "Heads"]
     cascade, heads = runnable[0].run(audio), runnable[1].run(audio)[0]
     live = CascadeSpotter(wake, head, 0.3, confirm)
-    found = [d.time_s for i in range(0, len(audio), 1280) for d in live.process(audio[i:i + 1280])] + \
-        [d.time_s for d in live.flush()]
+    found = [d.time_s for i in range(0, len(audio), 1280) for d in live.process(audio[i:i + 1280]).detections] + \
+        [d.time_s for d in live.flush().detections]
     np.testing.assert_allclose(cascade.detections[confirm], found)
     for th in (0.2, 0.5):
         _, expected = offline(wake, head, audio, 0.3, th)
@@ -127,3 +128,22 @@ def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):
     times = np.arange(1, len(head_scores) + 1) * 0.08
     above = times[head_scores >= 0.5]
     assert len(heads.detections[0.5]) and set(heads.detections[0.5]) <= set(np.round(above, 9))
+
+
+def test_detect_runs_a_wake_file_with_its_verifier_as_the_cascade(setup, tmp_path, capsys):
+    """`rotkws detect --model W.onnx` on a file naming its verifier: the cascade's detections,
+    one JSON line each, as the offline rule gives them."""
+    from app import detect
+    wake, head, audio = setup
+    _, head_scores = head.track(audio)
+    confirm = float(np.quantile(head_scores, 0.3))
+    shutil.copy(head.path, tmp_path / "w.head.onnx")
+    write_metadata(wake.path, tmp_path / "w.onnx", {"verifier": {"head": "w.head.onnx", "propose": 0.3,
+                                                                 "confirm": confirm}})
+    sf.write(tmp_path / "a.wav", audio, SAMPLE_RATE, subtype="FLOAT")
+    assert detect.main(["--model", str(tmp_path / "w.onnx"), str(tmp_path / "a.wav")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    _, expected = offline(wake, head, audio, 0.3, confirm)
+    assert len(expected) >= 2
+    np.testing.assert_allclose([d["time_s"] for d in lines], expected, atol=1e-3)
+    assert {d["keyword"] for d in lines} == {"alexa"}

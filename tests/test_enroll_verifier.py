@@ -10,7 +10,7 @@ from app.cascade import CascadeSpotter
 from app.spotter import KeywordModel
 from app.wakehead import HeadModel
 from conftest import data_root, require
-from export import enroll as command
+from rotkws import enroll_cli as command
 from export.onnx import read_metadata
 from test_enroll import require_espeak
 from training import enroll_fit as fit
@@ -54,7 +54,7 @@ def test_a_tiny_enroll_with_a_verifier_and_the_users_speech(tmp_path):
     assert json.loads(meta["enroll"])["verifier"].items() <= verifier.items()
     assert json.loads(meta["training_data"])["speech_folders"] == {str(tmp_path / "LibriSpeech"): 2}   # not "HEY COMPUTER"
     cascade = CascadeSpotter(wake, head, verifier["propose"], verifier["confirm"])
-    assert cascade.process(np.zeros(16_000, np.float32)) == []
+    assert cascade.process(np.zeros(16_000, np.float32)).detections == []
     assert len(list((tmp_path / "cache" / "embeddings").glob("*.npy"))) > 2   # speech embedded once, kept
 
 

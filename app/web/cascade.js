@@ -129,10 +129,12 @@ export class CascadeSpotter {
     const joined = new Float32Array(this.audio.length + chunk.length);
     joined.set(this.audio);
     joined.set(chunk, this.audio.length);
-    this.audio = joined.slice(Math.max(0, joined.length - this.keep));
+    this.audio = joined;                                   // trimmed to `keep` once confirmed
     this.heard += chunk.length;
     this.pending.push(...proposals.map((d) => d.timeS));
-    return { detections: await this._confirm(), proposals: proposals.length };
+    const detections = await this._confirm();
+    this.audio = this.audio.slice(Math.max(0, this.audio.length - this.keep));
+    return { detections, proposals: proposals.length };
   }
 
   /** The end of a stream: enough silence for the last proposals' windows to close. */
