@@ -175,3 +175,23 @@ def test_the_bench_stream_holds_its_recordings_and_speech_and_no_phrase_in_the_b
     got, counts = wakeword.bench_items(data)
     assert counts["utterances"] == 5 and sum(i.kind == SPEECH for i in got) == 5
     assert "x/1" not in {i.label for i in got}
+
+
+def test_athena_is_the_benchs_alone(data):
+    """Every recording of `athena` (a phrase no recipe was tuned on) is the bench's; no enroll hears one."""
+    from training import enroll
+    folder = data / speech.SPEECH_FOLDER / speech.HELD_OUT_WAKEWORDS["athena"]
+    assert speech.wake_recordings(data, "athena") == sorted(folder.glob("*.ogg")) != []
+    assert "athena" not in enroll.OTHER_WAKEWORD_NAMES
+
+
+def test_rows_of_an_earlier_run_join_only_on_the_same_stream(tmp_path):
+    import json
+    from benchmarks import wakeword
+    counts = {"alexa": 3, "utterances": 10, "speech_hours": 0.01}
+    row = {"engine": "openWakeWord", "phrase": "alexa", "budgets": {1.0: None, 0.1: None}, "rows": []}
+    (tmp_path / "run.json").write_text(json.dumps({"counts": counts, "hours": 0.05, "results": [row]}))
+    got = wakeword.earlier_rows(tmp_path / "run.json", counts, 0.05)
+    assert got[0]["engine"] == f"openWakeWord {wakeword.EARLIER}" and set(got[0]["budgets"]) == {1.0, 0.1}
+    with pytest.raises(ValueError, match="another stream"):
+        wakeword.earlier_rows(tmp_path / "run.json", counts | {"alexa": 4}, 0.05)
