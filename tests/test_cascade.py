@@ -36,6 +36,20 @@ def setup(tmp_path_factory):
     return KeywordModel(WAKE_MODEL), HeadModel(path, SpeechEmbedding()), np.concatenate(parts)
 
 
+def cascade_file(wake, head, folder, name: str, propose: float, confirm: float):
+    """The wake file written to `folder` as NAME.onnx naming NAME.head.onnx, a copy of the head, as
+    its verifier at these thresholds; its path."""
+    shutil.copy(head.path, folder / f"{name}.head.onnx")
+    write_metadata(wake.path, folder / f"{name}.onnx", {"verifier": {"head": f"{name}.head.onnx", "propose": propose,
+                                                                     "confirm": confirm}})
+    return folder / f"{name}.onnx"
+
+
+def confirming(head, audio) -> float:
+    """A confirming threshold that some proposals pass and others do not."""
+    return float(np.quantile(head.track(audio)[1], 0.3))
+
+
 def offline(wake, head, audio, propose, confirm):
     times, scores = score_track(wake, audio)
     proposals = sweep_detections(times, scores, wake.labels, wake.keywords, [propose], **model_rule(wake))[propose]
@@ -83,17 +97,14 @@ def test_javascript_cascade_matches_python(setup, node, tmp_path):
     """app/web/cascade.js through onnxruntime-node: Python's confirmed detections at the same times,
     scores within TOLERANCE, on the bundled alexa.onnx with a head (tests/web/cascade_python.test.mjs)."""
     wake, head, audio = setup
-    _, head_scores = head.track(audio)
-    propose, confirm = 0.3, float(np.quantile(head_scores, 0.3))
+    propose, confirm = 0.3, confirming(head, audio)
     cascade = CascadeSpotter(wake, head, propose, confirm)
     found = [d for i in range(0, len(audio), 4000) for d in cascade.process(audio[i:i + 4000]).detections] + \
         cascade.flush().detections
     assert len(found) >= 2
     folder = tmp_path / "models"
     folder.mkdir()
-    shutil.copy(head.path, folder / "alexa.head.onnx")
-    write_metadata(wake.path, folder / "alexa.onnx", {"verifier": {"head": "alexa.head.onnx", "propose": propose,
-                                                                   "confirm": confirm}})
+    cascade_file(wake, head, folder, "alexa", propose, confirm)
     sf.write(tmp_path / "stream.wav", audio, SAMPLE_RATE, subtype="FLOAT")
     ref = {"wake": str(folder / "alexa.onnx"), "embedding": str(FOLDER) + "/", "wav": str(tmp_path / "stream.wav"),
            "chunks": [1, 333, 4000, 1600, 7919, 48000], "tolerance": TOLERANCE,
@@ -110,11 +121,9 @@ def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):
     from benchmarks import engines
     wake, head, audio = setup
     _, head_scores = head.track(audio)
-    confirm = float(np.quantile(head_scores, 0.3))
-    shutil.copy(head.path, tmp_path / "alexa.head.onnx")
-    write_metadata(wake.path, tmp_path / "alexa.onnx", {"verifier": {"head": "alexa.head.onnx", "propose": 0.3,
-                                                                     "confirm": confirm}})
-    runnable, _ = engines.engines_for(["alexa"], [tmp_path / "alexa.onnx", tmp_path / "alexa.head.onnx"], peers=())
+    confirm = confirming(head, audio)
+    path = cascade_file(wake, head, tmp_path, "alexa", 0.3, confirm)
+    runnable, _ = engines.engines_for(["alexa"], [path, tmp_path / "alexa.head.onnx"], peers=())
     assert [type(e).__name__ for e in runnable] == ["Cascaded", "Heads"]
     cascade, heads = runnable[0].run(audio), runnable[1].run(audio)[0]
     live = CascadeSpotter(wake, head, 0.3, confirm)
@@ -135,13 +144,10 @@ def test_detect_runs_a_wake_file_with_its_verifier_as_the_cascade(setup, tmp_pat
     one JSON line each, as the offline rule gives them."""
     from app import detect
     wake, head, audio = setup
-    _, head_scores = head.track(audio)
-    confirm = float(np.quantile(head_scores, 0.3))
-    shutil.copy(head.path, tmp_path / "w.head.onnx")
-    write_metadata(wake.path, tmp_path / "w.onnx", {"verifier": {"head": "w.head.onnx", "propose": 0.3,
-                                                                 "confirm": confirm}})
+    confirm = confirming(head, audio)
+    path = cascade_file(wake, head, tmp_path, "w", 0.3, confirm)
     sf.write(tmp_path / "a.wav", audio, SAMPLE_RATE, subtype="FLOAT")
-    assert detect.main(["--model", str(tmp_path / "w.onnx"), str(tmp_path / "a.wav")]) == 0
+    assert detect.main(["--model", str(path), str(tmp_path / "a.wav")]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     _, expected = offline(wake, head, audio, 0.3, confirm)
     assert len(expected) >= 2
