@@ -21,6 +21,7 @@ compare as ratios within one run).
 """
 import argparse
 import json
+import re
 import multiprocessing
 import sys
 import textwrap
@@ -142,6 +143,27 @@ def table(results: list[dict], missing: list[tuple[str, str]]) -> str:
     return head + "\n".join(lines)
 
 
+SEED_MARK = re.compile(r"_s(\d+)(?=[._])")     # a file's seed in its name: alexa_s1.onnx
+
+
+def seeds_table(results: list[dict]) -> str:
+    """The README's short form: the files that differ only by their seed (`NAME_sN.onnx`) in one
+    row, each figure "seed a / seed b"."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((SEED_MARK.sub("_s*", r["engine"]), r["phrase"]), []).append(r)
+    join = lambda rs, f: " / ".join(f(r) for r in rs)
+    lines = ["| engine | phrase | missed at 1 FA/h | missed at 1 FA/10 h | at its default: missed, FA/h | CPU ms per s |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for (engine, phrase), rs in groups.items():
+        rs = sorted(rs, key=lambda r: [int(m) for m in SEED_MARK.findall(r["engine"])])
+        lines.append(f"| {engine} | `{phrase}` | {join(rs, lambda r: pct(r['budgets'][1.0]))} "
+                     f"| {join(rs, lambda r: pct(r['budgets'][0.1]))} "
+                     f"| {join(rs, lambda r: pct(r['default']) + ', ' + format(r['default']['fa_per_hour'], '.1f'))} "
+                     f"| {join(rs, lambda r: format(r['cpu_ms_per_s'], '.1f'))} |")
+    return "\n".join(lines)
+
+
 def describe(counts: dict, hours: float, seed: int) -> str:
     phrases = ", ".join(f"{counts[p]} `{p}`" for p in speech.BENCH_PHRASES)
     return (f"Stream: {hours:.2f} h (seed {seed}): {phrases} recordings (the odd-numbered ones of "
@@ -226,8 +248,9 @@ def main(argv=None) -> int:
         minutes = (time.perf_counter() - started) / 60
         write_section(SECTION, "Wake words in real speech (Picovoice's protocol)",
                       f"{text}\n\n{note} This run: {minutes:.0f} min.")
-        write_readme(f"_From `python -m benchmarks.wakeword`, {time.strftime('%Y-%m-%d')}, {machine()} "
-                     f"(BENCHMARKS.md, section {SECTION})._\n\n{text}\n\n{note}")
+        write_readme(f"_From `python -m benchmarks.wakeword`, {time.strftime('%Y-%m-%d')}, {machine()}: "
+                     f"{hours:.1f} h of read speech and wake words at 10 dB SNR; the stream, each file and "
+                     f"where its false accepts fell: BENCHMARKS.md, section {SECTION}._\n\n{seeds_table(results)}")
     return 0
 
 

@@ -195,3 +195,15 @@ def test_rows_of_an_earlier_run_join_only_on_the_same_stream(tmp_path):
     assert got[0]["engine"] == f"openWakeWord {wakeword.EARLIER}" and set(got[0]["budgets"]) == {1.0, 0.1}
     with pytest.raises(ValueError, match="another stream"):
         wakeword.earlier_rows(tmp_path / "run.json", counts | {"alexa": 4}, 0.05)
+
+
+def test_the_readme_table_puts_a_recipes_seeds_in_one_row():
+    from benchmarks import wakeword
+    row = lambda engine, miss, cpu: {"engine": engine, "phrase": "alexa", "cpu_ms_per_s": cpu,
+                                     "budgets": {1.0: {"miss_rate": miss}, 0.1: None},
+                                     "default": {"miss_rate": miss, "fa_per_hour": 0.5}}
+    table = wakeword.seeds_table([row("rotkws (`alexa_s1.onnx`)", 0.3, 3.0), row("rotkws (`alexa_s0.onnx`)", 0.2, 2.0),
+                                  row("openWakeWord", 0.1, 40.0)]).splitlines()
+    assert len(table) == 4
+    assert table[2] == "| rotkws (`alexa_s*.onnx`) | `alexa` | 20.0 % / 30.0 % | — / — | 20.0 %, 0.5 / 30.0 %, 0.5 | 2.0 / 3.0 |"
+    assert table[3].startswith("| openWakeWord | `alexa` | 10.0 % |")
