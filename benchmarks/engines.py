@@ -35,7 +35,7 @@ import numpy as np
 from app.detection import REFRACTORY_S, THRESHOLD
 from app.spotter import KeywordModel
 from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
-from app.wakehead import HeadModel, is_head
+from app.wakehead import HEAD_THRESHOLDS, HeadModel, is_head
 from corpus.rate import SAMPLE_RATE
 
 CHUNK = 1280                  # samples per call for the peers: 80 ms, as their own microphone loops read
@@ -136,7 +136,7 @@ class Heads:
             cpu = shared + time.process_time() - started
             rule = {k: model.detection[k] for k in ("smoothing", "min_hops", "refractory_s")}
             own = float(model.detection.get("threshold", 0.5))
-            thresholds = np.unique(np.concatenate([PROB_THRESHOLDS, THRESHOLDS, [own]]))
+            thresholds = np.unique(np.concatenate([HEAD_THRESHOLDS, [own]]))
             sweep = sweep_detections(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
                                      thresholds, **rule)
             runs.append(Run(f"rotkws ears (`{path.name}`)", model.phrase, thresholds, own,
@@ -172,7 +172,7 @@ class Cascaded:
         times = (hops + 1) * CHUNK / SAMPLE_RATE
         scores = np.array([cascade.recorded[k] for k in hops])
         confirm = float(v["confirm"])
-        thresholds = np.unique(np.concatenate([PROB_THRESHOLDS, THRESHOLDS, [confirm]]))
+        thresholds = np.unique(np.concatenate([HEAD_THRESHOLDS, [confirm]]))
         sweep = {float(th): cascade_detections(np.array(cascade.proposals), times, scores, th) for th in thresholds}
         if len(sweep[confirm]) != len(found) or not np.allclose(sweep[confirm], found):
             raise AssertionError(f"{self.path}: the recorded sweep and the live cascade disagree at {confirm}")

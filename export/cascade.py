@@ -19,7 +19,7 @@ import numpy as np
 from app.cascade import cascade_detections
 from app.embedding import HOP, SAMPLE_RATE
 from app.spotter import KeywordModel
-from app.wakehead import HeadModel
+from app.wakehead import HEAD_THRESHOLDS, HeadModel
 from corpus.folders import default_data_root
 from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from app.wake_rule import VALIDATION_FA_PER_HOUR
@@ -46,8 +46,8 @@ def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_ho
     e = cached_embeddings(head, audio)
     head_scores = head.scores(e)
     head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
-    fas = {float(c): len(cascade_detections(proposals, head_times, head_scores, c)) for c in THRESHOLDS}
-    confirm = stream_threshold(fas, hours, fa_per_hour)
+    fas = {float(c): len(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
+    confirm = stream_threshold(fas, hours, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
     return {"propose": float(propose), "confirm": confirm, "validation_stream_hours": round(hours, 3),
             "proposals_per_hour": round(len(proposals) / hours, 1),
             "validation_stream_false_accepts": fas[min(fas, key=lambda c: abs(c - confirm))]}

@@ -17,10 +17,10 @@ import torch
 
 from app.detection import REFRACTORY_S
 from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE
-from app.wakehead import HEAD_TASK, HeadModel
+from app.wakehead import HEAD_TASK, HEAD_THRESHOLDS, HeadModel
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
-from app.sweep import THRESHOLDS, sweep_detections
+from app.sweep import sweep_detections
 from training import embedding_head as recipe
 from training import progress, tts
 from app.wake_rule import VALIDATION_FA_PER_HOUR
@@ -74,9 +74,9 @@ def choose_threshold(path: Path, data: Path, noise: np.ndarray, cfg: EnrollConfi
     scores = model.scores(e)
     times = np.arange(1, len(scores) + 1) * HOP / SAMPLE_RATE
     sweep = sweep_detections(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
-                             THRESHOLDS, **{k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})
+                             HEAD_THRESHOLDS, **{k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})
     counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours, cfg.fa_per_hour)
+    th = stream_threshold(counts, hours, cfg.fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
     return {"threshold": th, "fa_per_hour": cfg.fa_per_hour, "validation_stream_hours": round(hours, 3),
             "validation_stream_false_accepts": counts[min(counts, key=lambda t: abs(t - th))]}
 

@@ -32,12 +32,13 @@ def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: 
     return audio, len(audio) / SAMPLE_RATE / 3600
 
 
-def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> float:
+def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR,
+                     top: float = MAX_THRESHOLD) -> float:
     """The lowest threshold of the sweep ({threshold: false accepts in `hours`}) at which it and
-    every higher threshold keep to `fa_per_hour`, within [MIN_THRESHOLD, MAX_THRESHOLD]."""
+    every higher threshold keep to `fa_per_hour`, within [MIN_THRESHOLD, top]."""
     ths = sorted(counts)
     ok = [th for i, th in enumerate(ths) if all(counts[t] <= fa_per_hour * hours for t in ths[i:])]
-    return float(np.clip(ok[0] if ok else MAX_THRESHOLD, MIN_THRESHOLD, MAX_THRESHOLD))
+    return float(np.clip(ok[0] if ok else top, MIN_THRESHOLD, top))
 
 
 def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, hours: float, fa_per_hour: float,
