@@ -196,7 +196,8 @@ def earlier_rows(path: Path, counts: dict, hours: float) -> list[dict]:
     if run["counts"] != counts or abs(run["hours"] - hours) > 1e-6:
         raise ValueError(f"{path}: another stream ({run['hours']:.3f} h, {run['counts']}), expected "
                          f"{hours:.3f} h, {counts}")
-    return [r | {"engine": f"{r['engine']} {EARLIER}", "budgets": {float(k): v for k, v in r["budgets"].items()}}
+    mark = lambda name: name if name.endswith(EARLIER) else f"{name} {EARLIER}"
+    return [r | {"engine": mark(r["engine"]), "budgets": {float(k): v for k, v in r["budgets"].items()}}
             for r in run["results"]]
 
 
