@@ -142,7 +142,7 @@ def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):
 def test_detect_runs_a_wake_file_with_its_verifier_as_the_cascade(setup, tmp_path, capsys):
     """`rotkws detect --model W.onnx` on a file naming its verifier: the cascade's detections,
     one JSON line each, as the offline rule gives them."""
-    from app import detect
+    from app import detect_cli as detect
     wake, head, audio = setup
     confirm = confirming(head, audio)
     path = cascade_file(wake, head, tmp_path, "w", 0.3, confirm)
