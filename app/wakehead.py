@@ -17,6 +17,7 @@ import onnxruntime as ort
 from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, SpeechEmbedding
 
 HEAD_TASK = "embedding_head"  # the metadata `task` of a head file
+HEAD_HOPS = 16                # embeddings a head reads (openWakeWord's): 1.28 s of hops, 1.96 s of audio
 HEAD_THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.05, 0.99, 0.005),
                                                      1 - 10.0 ** -np.arange(2.0, 6.05, 0.1)]), 7))
 # a head's sweep: its probabilities saturate (trained on one logit), so false accepts an hour still

@@ -15,28 +15,28 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from app.cascade import cascade_detections
 from app.embedding import HOP, SAMPLE_RATE
 from app.spotter import KeywordModel
-from app.wakehead import HEAD_THRESHOLDS, HeadModel
-from corpus.folders import default_data_root
 from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
 from app.wake_rule import VALIDATION_FA_PER_HOUR
+from app.wakehead import HEAD_THRESHOLDS, HeadModel
+from corpus.folders import default_data_root
 from corpus.labels import OTHER
-from training.embedding_head import Head
-from training.enroll import EnrollConfig, noise_audio
+from evaluation.speech import noise_bed
 
-from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head
-from .wake_threshold import stream_threshold, validation_stream
+from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head, write_threshold
 from .onnx import read_metadata, write_metadata
+from .wake_threshold import stream_threshold, validation_stream
 
 PROPOSALS_PER_HOUR = 60.0     # the head stage's budget on validation speech: ~40 ms of CPU each
 HEAD_SUFFIX = ".head.onnx"
 
 
 def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_hour: float, hours: float = 0.0) -> dict:
-    audio, hours = validation_stream(data, noise_audio(data), hours, np.random.default_rng(seed), wake.keywords[0])
+    audio, hours = validation_stream(data, noise_bed(data), hours, np.random.default_rng(seed), wake.keywords[0])
     times, scores = score_track(wake, audio)
     sweep = sweep_detections(times, scores, wake.labels, wake.keywords, THRESHOLDS, **model_rule(wake))
     counts = {th: len(d) for th, d in sweep.items()}
@@ -66,15 +66,16 @@ def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour:
     return chosen
 
 
-def attach_head(head: Head, head_meta: dict, wake_path: Path, data: Path, cfg: EnrollConfig) -> dict:
+def attach_head(head: torch.nn.Module, head_meta: dict, wake_path: Path, data: Path, seed: int,
+                fa_per_hour: float, hours: float = 0.0) -> dict:
     """`rotkws enroll --verifier`: the trained head written beside the wake file as its verifier,
     its own threshold chosen as a head file's is, then both of the cascade's."""
     phrase = KeywordModel(wake_path).keywords[0]
     verifier = wake_path.with_name(wake_path.stem + HEAD_SUFFIX)
     export_head(head, verifier, head_meta | {"labels": [phrase, OTHER], "detection": HEAD_RULE | {"threshold": 0.5}})
-    own = choose_threshold(verifier, data, noise_audio(data), cfg, np.random.default_rng(cfg.seed))
-    write_metadata(verifier, verifier, {"detection": HEAD_RULE | {"threshold": own["threshold"]}})
-    return attach(wake_path, verifier, wake_path, data, cfg.fa_per_hour, cfg.validation_hours)
+    own = choose_threshold(verifier, data, noise_bed(data), hours, fa_per_hour, np.random.default_rng(seed))
+    write_threshold(verifier, own)
+    return attach(wake_path, verifier, wake_path, data, fa_per_hour, hours)
 
 
 def main(argv=None) -> int:

@@ -112,7 +112,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
                                     "enroll": meta["enroll"]})
     if head is not None:
         with progress.stage("verifier"):
-            meta["enroll"]["verifier"] = attach_head(*head, output, data, cfg)
+            meta["enroll"]["verifier"] = attach_head(*head, output, data, cfg.seed, cfg.fa_per_hour,
+                                                     cfg.validation_hours)
         write_metadata(output, output, {"enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
 

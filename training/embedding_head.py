@@ -34,14 +34,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.embedding import EMBED_DIM, HOP, SAMPLE_RATE, SpeechEmbedding
+from app.embedding import CACHE_VERSION, EMBED_DIM, HOP, SAMPLE_RATE, SpeechEmbedding, cache_folder
+from app.wakehead import HEAD_HOPS
 from evaluation import streams
 from training import enroll_examples as ex
 from training.enroll import EnrollConfig, Items, gather
 from training import progress
-from training.kokoro import cache_dir
 
-HEAD_HOPS = 16                # embeddings the head reads: 1.28 s of hops, 1.96 s of audio
 EXAMPLE_S = 3.0               # seconds per example
 PHRASE_END_S = (2.0, 2.45)    # a positive's phrase ends this far into its example
 LEAD_S = 1.5                  # noise before each utterance of speech, so its first windows are full
@@ -49,7 +48,6 @@ POSITIVE_BEFORE_END_S = ex.POSITIVE_BEFORE_END_S
 POSITIVE_AFTER_END_S = ex.POSITIVE_AFTER_END_S
 PHRASE, OTHER, IGNORE = 1, 0, -1
 PHRASE_SHARE = 0.3            # of each batch
-CACHE_VERSION = "1"           # bump when a cached piece would be made differently
 
 
 @dataclass
@@ -160,11 +158,6 @@ def speech_piece(utterance: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
 
 
 # -- the embedding, computed once -----------------------------------------------------------------
-def cache_folder() -> Path:
-    """Where embeddings are kept: $ROTKWS_CACHE/embeddings (default ~/.cache/rotkws), read when asked."""
-    return cache_dir() / "embeddings"
-
-
 def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Path | None = None) -> list[np.ndarray]:
     """Each utterance's speech piece (`speech_piece`, its randomness seeded by its audio) embedded,
     (hops, EMBED_DIM) float16, read from `folder` where an earlier run (any phrase, any seed)

