@@ -143,20 +143,23 @@ def table(results: list[dict], missing: list[tuple[str, str]]) -> str:
     return head + "\n".join(lines)
 
 
+EARLIER = "(earlier run)"   # a row of another run of the same stream (--rows-from)
 SEED_MARK = re.compile(r"_s(\d+)(?=[._])")     # a file's seed in its name: alexa_s1.onnx
 
 
 def seeds_table(results: list[dict]) -> str:
     """The README's short form: the files that differ only by their seed (`NAME_sN.onnx`) in one
-    row, each figure "seed a / seed b"."""
+    row, each figure "seed a / seed b" (an earlier run's seed beside this run's: the row marked)."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((SEED_MARK.sub("_s*", r["engine"]), r["phrase"]), []).append(r)
+        name = SEED_MARK.sub("_s*", r["engine"].removesuffix(f" {EARLIER}"))
+        groups.setdefault((name, r["phrase"]), []).append(r)
     join = lambda rs, f: " / ".join(f(r) for r in rs)
     lines = ["| engine | phrase | missed at 1 FA/h | missed at 1 FA/10 h | at its default: missed, FA/h | CPU ms per s |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for (engine, phrase), rs in groups.items():
         rs = sorted(rs, key=lambda r: [int(m) for m in SEED_MARK.findall(r["engine"])])
+        engine += f" {EARLIER}" if any(r["engine"].endswith(EARLIER) for r in rs) else ""
         lines.append(f"| {engine} | `{phrase}` | {join(rs, lambda r: pct(r['budgets'][1.0]))} "
                      f"| {join(rs, lambda r: pct(r['budgets'][0.1]))} "
                      f"| {join(rs, lambda r: pct(r['default']) + ', ' + format(r['default']['fa_per_hour'], '.1f'))} "
@@ -185,9 +188,6 @@ def write_readme(text: str, path: Path = README) -> None:
         return
     head, rest = body.split(a, 1)
     path.write_text(head + a + "\n" + text.strip() + "\n" + b + rest.split(b, 1)[1])
-
-
-EARLIER = "(earlier run)"
 
 
 def earlier_rows(path: Path, counts: dict, hours: float) -> list[dict]:

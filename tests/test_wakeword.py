@@ -207,3 +207,6 @@ def test_the_readme_table_puts_a_recipes_seeds_in_one_row():
     assert len(table) == 4
     assert table[2] == "| rotkws (`alexa_s*.onnx`) | `alexa` | 20.0 % / 30.0 % | — / — | 20.0 %, 0.5 / 30.0 %, 0.5 | 2.0 / 3.0 |"
     assert table[3].startswith("| openWakeWord | `alexa` | 10.0 % |")
+    earlier = wakeword.seeds_table([row("rotkws (`alexa_s0.onnx`) (earlier run)", 0.2, 2.0),
+                                    row("rotkws (`alexa_s1.onnx`)", 0.3, 3.0)]).splitlines()
+    assert len(earlier) == 3 and earlier[2].startswith("| rotkws (`alexa_s*.onnx`) (earlier run) | `alexa` | 20.0 % / 30.0 % |")
