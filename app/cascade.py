@@ -14,15 +14,14 @@ gives exactly the detections of the streaming `CascadeSpotter`, which spends the
 cost only around proposals. numpy + onnxruntime; never torch.
 """
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from app.audio import StreamResampler, check_rate, to_mono_float32
 from app.detection import REFRACTORY_S, Detection
-from app.embedding import HOP, MEL_CONTEXT, MEL_PER_HOP, MEL_WINDOW, SAMPLE_RATE
-from app.spotter import KeywordModel, KeywordSpotter
-from app.wakehead import HeadModel
+from app.embedding import HOP, MEL_CONTEXT, MEL_PER_HOP, MEL_WINDOW, SAMPLE_RATE, SpeechEmbedding
+from app.spotter import KeywordModel, KeywordSpotter, ModelError
+from app.wakehead import HeadError, HeadModel
 
 LOOKBACK_S = 0.3          # head hops this long before a proposal may confirm it …
 ARM_S = 0.4               # … and this long after (the most a confirmation delays a detection)
@@ -44,6 +43,34 @@ def cascade_detections(proposals: np.ndarray, head_times: np.ndarray, head_score
     return np.array(out)
 
 
+@dataclass(frozen=True)
+class Verifier:
+    """A wake file's verifier, loaded: its head (sessions shared by every stream) and thresholds."""
+    head: HeadModel
+    propose: float            # the wake file's threshold for a proposal
+    confirm: float            # the head's score that confirms one
+
+
+VERIFIER_KEYS = ("head", "propose", "confirm")   # what a wake file's `verifier` metadata holds
+
+
+def verifier_of(wake: KeywordModel, ears: SpeechEmbedding | None = None) -> Verifier | None:
+    """The verifier `wake`'s metadata names, its head file beside the wake file, on `ears` (None:
+    its own); None when it names none. A head missing or not a head: HeadError naming both files."""
+    v = wake.meta.get("verifier")
+    if v is None:
+        return None
+    if not isinstance(v, dict) or any(k not in v for k in VERIFIER_KEYS):
+        raise ModelError(f"{wake.path}: its verifier metadata {v!r} lacks {', '.join(VERIFIER_KEYS)} "
+                         "(expected what `rotkws enroll --verifier` writes)")
+    try:
+        head = HeadModel(wake.path.parent / v["head"], ears)
+    except HeadError as e:
+        raise HeadError(f"{wake.path} names {v['head']!r} as its verifier: {e} (expected the head file "
+                        "`rotkws enroll --verifier` writes beside the wake file)") from None
+    return Verifier(head, float(v["propose"]), float(v["confirm"]))
+
+
 @dataclass
 class CascadeResult:
     detections: list = field(default_factory=list)   # confirmed: [Detection]
@@ -58,10 +85,10 @@ class CascadeSpotter:
     def from_file(cls, path) -> "CascadeSpotter":
         """The wake file at `path` and the verifier its metadata names, beside it, at its thresholds."""
         wake = KeywordModel(path)
-        if "verifier" not in wake.meta:
+        verifier = verifier_of(wake)
+        if verifier is None:
             raise ValueError(f"{path}: no verifier in its metadata (expected a file `rotkws enroll --verifier` wrote)")
-        v = wake.meta["verifier"]
-        return cls(wake, HeadModel(Path(path).parent / v["head"]), v["propose"], v["confirm"])
+        return cls(wake, verifier.head, verifier.propose, verifier.confirm)
 
     def __init__(self, wake: KeywordModel, head: HeadModel, propose: float, confirm: float,
                  record: bool = False):
@@ -92,7 +119,12 @@ class CascadeSpotter:
         return self._consume(self.resampler(to_mono_float32(chunk), check_rate(sample_rate)))
 
     def _consume(self, chunk: np.ndarray) -> CascadeResult:
-        proposals = self.spotter.process(chunk, SAMPLE_RATE).detections
+        return self.hear(chunk, self.spotter.process(chunk, SAMPLE_RATE).detections)
+
+    def hear(self, chunk: np.ndarray, proposals: list[Detection]) -> CascadeResult:
+        """The rest of `process`, for a caller that runs the wake file itself (app/twostage_cascade.py):
+        `chunk` (samples,) float32 @ 16 kHz, the stream's next samples, and the proposals the wake
+        file made in them → the detections confirmed by now."""
         self.audio = np.concatenate([self.audio, chunk])       # trimmed to `keep` once confirmed
         self.heard += len(chunk)
         self.pending += [d.time_s for d in proposals]

@@ -8,7 +8,8 @@ The page streams the microphone to the server (`gr.Audio(streaming=True)`: brows
 `DemoSession` (app/demo_session.py), which holds their spotter; one ONNX model is shared by all.
 With --wake the page is a two-stage assistant (app/twostage.py): each visitor's `WakeSession`
 listens for the wake word, then for a command in the window it opens; the two models are
-shared by all. A file upload runs the same path over a file. `app/web/`, where present, is
+shared by all. A wake file whose metadata names a verifier runs as a cascade
+(app/twostage_cascade.py): its head, on the one speech embedding, confirms each wake word. A file upload runs the same path over a file. `app/web/`, where present, is
 served at /web.
 """
 import argparse
@@ -22,9 +23,11 @@ import gradio as gr
 import pandas as pd
 
 from app import demo_enroll
+from app.cascade import verifier_of
 from app.demo_controls import THRESHOLD_RANGE, Served, plot_colors, slider_start, slider_threshold
 from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, Assistant, DemoSession, WakeSession, new_session
 from app.detect_cli import keyword_list
+from app.embedding import FILES as EMBEDDING_FILES, FOLDER as EMBEDDING_FOLDER, shared_embedding
 from app.enroll_jobs import EnrollJobs, JobsInUse
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, listened
 from app.twostage import WINDOW_S
@@ -165,6 +168,9 @@ def layout(model: Served) -> SimpleNamespace:
             note = (f" · starts at the model's per keyword ({per_keyword}); moving it sets one for all"
                     if per_keyword else "")
             what = "wake-word probability to open a command window" if wake else "keyword probability to detect"
+            if wake and model.verifier is not None:
+                what = (f"wake-word probability to propose; its head on the speech embedding confirms at "
+                        f"{model.verifier.confirm:g} and only then opens a command window")
             ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=operating_point, step=0.01,
                                      label=f"Threshold ({what}{note})", elem_id="threshold")
             ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
@@ -239,12 +245,15 @@ def build_app(demo: gr.Blocks, web_dir: Path = WEB_DIR, model_path: Path | None 
 
 
 def serve_models(app, model_path: Path | None) -> None:
+    """GET /models/NAME: the bundled models, the demo's own and the head its verifier names
+    beside it (a cascade: app/web/cascade.js fetches it there); /models/speech_embedding/NAME:
+    the embedding's files, where the page looks for a cascade's `ears`."""
     from fastapi import HTTPException
     from fastapi.responses import FileResponse
 
     served = {p.name: p for p in DEFAULT_MODEL.parent.glob("*.onnx")}
     if model_path is not None:
-        served[Path(model_path).name] = Path(model_path)
+        served |= {p.name: p for p in with_head(Path(model_path))}
 
     @app.get("/models/{name}")
     def model_file(name: str):
@@ -252,20 +261,48 @@ def serve_models(app, model_path: Path | None) -> None:
             raise HTTPException(404, f"no model {name!r} here; served: {sorted(served)}")
         return FileResponse(served[name], media_type="application/octet-stream")
 
+    @app.get("/models/speech_embedding/{name}")
+    def embedding_file(name: str):
+        if name not in EMBEDDING_FILES:
+            raise HTTPException(404, f"no embedding file {name!r} here; served: {sorted(EMBEDDING_FILES)}")
+        return FileResponse(EMBEDDING_FOLDER / name, media_type="application/octet-stream")
+
+
+def with_head(path: Path) -> list[Path]:
+    """A model file and, when its metadata names a verifier, the head file beside it."""
+    try:
+        verifier = KeywordModel(path).meta.get("verifier")
+    except ModelError:
+        return [path]
+    return [path] + ([path.parent / verifier["head"]] if isinstance(verifier, dict) and "head" in verifier else [])
+
 
 def serve_enrolled(app, jobs: EnrollJobs) -> None:
-    """GET /enrolled/ID.onnx: a finished job's model, named after its phrase."""
+    """GET /enrolled/ID.onnx: a finished job's model, named after its phrase; /enrolled/ID/NAME:
+    its files under their own names (model.onnx and, with a verifier, its head beside it: what
+    the page at /web/ loads a cascade from)."""
     from fastapi import HTTPException
     from fastapi.responses import FileResponse
+
+    def finished(job_id: str) -> Path:
+        path = jobs.model_path(job_id)
+        if path is None:
+            raise HTTPException(404, f"no finished job {job_id!r} on this server")
+        return path
 
     @app.get("/enrolled/{name}")
     def enrolled_file(name: str):
         job_id = name.removesuffix(".onnx")
-        path = jobs.model_path(job_id)
-        if path is None:
-            raise HTTPException(404, f"no finished job {job_id!r} on this server")
+        path = finished(job_id)
         filename = demo_enroll.file_name(jobs.view(job_id)["phrase"])
         return FileResponse(path, media_type="application/octet-stream", filename=filename)
+
+    @app.get("/enrolled/{job_id}/{name}")
+    def enrolled_part(job_id: str, name: str):
+        files = {p.name: p for p in with_head(finished(job_id))}
+        if name not in files or not files[name].is_file():
+            raise HTTPException(404, f"job {job_id!r} has no file {name!r}; it has: {sorted(files)}")
+        return FileResponse(files[name], media_type="application/octet-stream")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -277,7 +314,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     two = p.add_argument_group("a wake word, then a command (app/twostage.py)")
     two.add_argument("--wake", type=Path, default=None, metavar="W.onnx", help="a wake-word model (`rotkws "
                      "enroll`): the page listens for it, then for a command in the window it opens (its "
-                     f"metadata's window_s, else {WINDOW_S:g} s)")
+                     f"metadata's window_s, else {WINDOW_S:g} s); a file with a verifier (`enroll --verifier`) "
+                     "runs as the cascade, its head beside it confirming")
     two.add_argument("--commands", type=Path, default=None, metavar="C.onnx", help="the command model, whose "
                      f"keywords are the commands (default: the bundled {COMMAND_MODEL.name})")
     two.add_argument("--wake-keywords", type=keyword_list, default=None, metavar="K,…", help="the wake model's "
@@ -287,7 +325,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                      f"restarts (default {JOBS_DIR})")
     own.add_argument("--enroll-args", type=shlex.split, default=[], metavar="'ARGS'",
                      help="options every job's `rotkws enroll` gets, e.g. a smaller budget: "
-                          "'--max-steps 200' (default: none, enroll's own)")
+                          "'--max-steps 200', or '--verifier': each wake word a cascade, its head "
+                          "confirming (default: none, enroll's own)")
     own.add_argument("--no-enroll", action="store_true", help="no enroll tab")
     args = p.parse_args(argv)
     if args.wake is None and (args.commands is not None or args.wake_keywords is not None):
@@ -334,7 +373,11 @@ def load_models(args: argparse.Namespace) -> Served:
     same = command_path.resolve() == args.wake.resolve()
     commands = wake if same else loaded("--commands", command_path)   # one KeywordModel per file
     try:
-        return Assistant(wake, commands, keywords)
+        verifier = verifier_of(wake, shared_embedding())    # a cascade wake file: its head confirms
+    except ValueError as e:                     # a head missing or not a head, the embedding's files
+        raise ValueError(f"--wake: {e}") from None
+    try:
+        return Assistant(wake, commands, keywords, verifier)
     except ValueError as e:                     # rates or hops that differ
         raise ValueError(f"--wake {wake.path} and --commands {commands.path} do not fit: {e}") from None
 

@@ -17,19 +17,14 @@ Served = KeywordModel | Assistant   # what the page runs: one model, or a wake w
 
 
 def slider_start(model: Served) -> tuple[float, str]:
-    """The threshold slider's first value (the model's operating point, the wake model's on a
-    two-stage page; its median when the model has one threshold per keyword) and, then, those
+    """The threshold slider's first value (the model's operating point; on a two-stage page the
+    wake word's, a cascade's `propose`; its median when the model has one threshold per keyword) and, then, those
     thresholds as text."""
-    point = detection_settings(thresholded(model), {})["threshold"]
+    point = model.operating_point if isinstance(model, Assistant) else detection_settings(model, {})["threshold"]
     if not isinstance(point, dict):
         return float(np.clip(point, *THRESHOLD_RANGE)), ""
     start = float(np.clip(np.round(np.median(list(point.values())), 2), *THRESHOLD_RANGE))
     return start, ", ".join(f"{k} {v:.2f}" for k, v in point.items())
-
-
-def thresholded(model: Served) -> KeywordModel:
-    """The model whose threshold the slider sets: the wake model on a two-stage page."""
-    return model.wake if isinstance(model, Assistant) else model
 
 
 def slider_threshold(model: Served, value: float | None) -> float | None:

@@ -8,13 +8,16 @@ the job again; the page asks the server for its state every POLL_S. The Listen t
 serves both (one streaming microphone per page: Gradio 6.31's second one fails to record).
 """
 import html
+import sys
 from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
 
+from app.cascade import verifier_of
 from app.demo_controls import plot_colors, slider_start
 from app.demo_session import Assistant
+from app.embedding import shared_embedding
 from app.enroll_jobs import EnrollJobs, JobError, check_text, torch_missing
 from app.spotter import COMMAND_MODEL, KeywordModel
 from app.takes import MAX_TAKES, MIN_TAKES, TakeError, check_take
@@ -26,7 +29,8 @@ LISTEN_TAB = "listen"        # the page's tab with the microphone
 STAGE_NAMES = {"synthesising": "synthesising the phrase", "sentences": "synthesising sentences",
                "rendering": "rendering the examples", "speech": "rendering real speech",
                "backbone": "running the frozen backbone", "training": "training",
-               "threshold": "choosing the threshold on the validation stream"}
+               "threshold": "choosing the threshold on the validation stream",
+               "verifier": "training its verifier head on the speech embedding"}
 JOB_KEY = "rotkws-enroll-job"    # the browser's localStorage key for the visitor's job id
 
 INTRO = f"""## Your own wake word
@@ -47,22 +51,44 @@ class EnrollPage:
         self.job = self.listening = None
 
     def assistant(self, job_id: str | None) -> Assistant | None:
-        """The new wake word and the command stage, or None while the job has no model."""
+        """The new wake word and the command stage, or None while the job has no model or its
+        model cannot run (`problem` says why)."""
         path = self.jobs.model_path(job_id or "")
-        return None if path is None else cached_assistant(str(path), self.commands)
+        return None if path is None or self.problem(job_id) else cached_assistant(str(path), self.commands)
+
+    def problem(self, job_id: str | None) -> str | None:
+        """Why the job's finished model cannot run here (a verifier whose head is missing), said
+        with its file names (no server path), or None."""
+        path = self.jobs.model_path(job_id or "")
+        if path is None:
+            return None
+        try:
+            cached_assistant(str(path), self.commands)
+        except ValueError as e:
+            return str(e).replace(f"{path.parent}/", "")
+        return None
 
     def served(self, listening: str | None) -> Assistant | None:
         """What the Listen tab runs for the visitor: the wake word of the job they listen with, else None."""
         return self.assistant(listening)
 
 
-_assistants: dict[str, Assistant] = {}
+_assistants: dict[str, Assistant | ValueError] = {}
 
 
 def cached_assistant(path: str, commands: KeywordModel) -> Assistant:
-    """One Assistant per finished model, shared by every visitor listening to it."""
+    """One Assistant per finished model, shared by every visitor listening to it; a model with a
+    verifier runs as a cascade (its head on the server's one speech embedding). A model that
+    cannot run: its ValueError, raised again at every call, the model read once."""
     if path not in _assistants:
-        _assistants[path] = Assistant(KeywordModel(path), commands)
+        try:
+            wake = KeywordModel(path)
+            _assistants[path] = Assistant(wake, commands, verifier=verifier_of(wake, shared_embedding()))
+        except ValueError as e:
+            print(f"rotkws demo: {e}", file=sys.stderr, flush=True)
+            _assistants[path] = e
+    if isinstance(_assistants[path], ValueError):
+        raise _assistants[path]
     return _assistants[path]
 
 
@@ -142,13 +168,15 @@ def on_poll(page: EnrollPage, job_id: str | None, armed: str | None) -> tuple:
     Listen tab was switched to, once), the poll timer (running while the job is), then the Listen
     tab's switch: tabs, own toggle, threshold, plot, the job the Listen tab runs."""
     view = page.jobs.view(job_id)
-    listening = view is not None and view["state"] == "done"
+    problem = page.problem(job_id)
+    listening = view is not None and view["state"] == "done" and problem is None
     switch = listen_with(page, job_id, view["phrase"]) if listening and armed != job_id else (
         listen_without(page) if not listening and armed else (gr.skip(),) * 5)
     if view is None:
         return ("No job yet.", bar_html(None), gr.update(visible=False), "", None, gr.Timer(active=False), *switch)
     going = view["state"] in ("queued", "running")
-    return (status_text(view), bar_html(view), gr.update(visible=going), result_text(view) if listening else "",
+    said = f"**{view['phrase']}**: done, but its model cannot run here: {problem}" if problem else status_text(view)
+    return (said, bar_html(view), gr.update(visible=going), result_text(view) if listening else "",
             job_id if listening else None, gr.Timer(active=going), *switch)
 
 
@@ -246,8 +274,19 @@ def result_text(view: dict) -> str:
         lines.append(f"**Not detected by the new model: take {takes}.** Was it the phrase?")
     name = html.escape(file_name(view["phrase"]))
     url = f"/enrolled/{view['id']}.onnx"
-    lines.append(f'<a id="enroll_download" href="{url}" download="{name}">Download {name}</a> · '
-                 f'<a id="enroll_web" href="/web/?model=..{url}" target="_blank">run it in the browser (/web/)</a>')
+    verifier = r.get("verifier")
+    if verifier:                         # a cascade: the page at /web/ fetches the head beside the wake file
+        lines.append(f"A cascade: the wake file proposes at {verifier['propose']}, its head on the speech "
+                     f"embedding confirms at {verifier['confirm']}.")
+        head = html.escape(verifier["head"])
+        links = (f'<a id="enroll_download" href="{url}" download="{name}">Download {name}</a> and '
+                 f'<a id="enroll_head" href="/enrolled/{view["id"]}/{head}" download="{head}">its head, '
+                 f'{head}</a> (keep it beside the wake file under that name: the wake file names it)')
+        web = f"/enrolled/{view['id']}/model.onnx"
+    else:
+        links, web = f'<a id="enroll_download" href="{url}" download="{name}">Download {name}</a>', url
+    lines.append(f'{links} · <a id="enroll_web" href="/web/?model=..{web}" target="_blank">run it in the '
+                 'browser (/web/)</a>')
     return "\n\n".join(lines)
 
 

@@ -4,7 +4,8 @@ Plain Python over the runtime's results, no Gradio, so the page's logic is teste
 server. The page keeps one `DemoSession` per browser session (in a `gr.State`); every session
 shares one `KeywordModel` and owns its `KeywordSpotter` (model state, resampler, detector).
 On a two-stage page (`rotkws demo --wake`) every session shares one `Assistant` (the wake
-model and the command model) and owns its `WakeCommandSpotter`: a `WakeSession`.
+model, the command model and, for a cascade wake file, its head on the speech embedding) and
+owns its `WakeCommandSpotter` (a `CascadeWakeCommandSpotter` for a cascade): a `WakeSession`.
 A file goes through `feed` in browser-sized pieces: one streaming path for microphone and file.
 """
 import datetime
@@ -17,8 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from app.audio import to_mono_float32
+from app.cascade import Verifier
 from app.spotter import Detection, KeywordModel, KeywordSpotter, detection_settings, listened
 from app.twostage import COMMAND_THRESHOLD, WakeCommandSpotter, WakeEvent
+from app.twostage_cascade import CascadeWakeCommandSpotter
 from corpus.clips import ClipError, read_audio
 
 GAIN_RANGE_DB = (-12.0, 24.0)  # the sensitivity control: input gain in dB, 0 = the audio as sent
@@ -175,12 +178,14 @@ class DemoSession:
 @dataclass(frozen=True)
 class Assistant:
     """What a two-stage page runs (`rotkws demo --wake`), shared by every visitor: the wake
-    model, the command model listening in the window each wake word opens, and the wake words
-    listened for. A pair that cannot run together (a wake keyword the model lacks, rates or
-    hops that differ) is a ValueError that says so, at start-up."""
+    model, the command model listening in the window each wake word opens, the wake words
+    listened for and, for a cascade wake file, its verifier (the head that confirms the wake
+    word: app/twostage_cascade.py). A pair that cannot run together (a wake keyword the model
+    lacks, rates or hops that differ) is a ValueError that says so, at start-up."""
     wake: KeywordModel
     commands: KeywordModel
     wake_keywords: tuple[str, ...] | None = None     # None: all the wake model's keywords
+    verifier: Verifier | None = None                 # verifier_of(wake): None, the wake file alone
 
     def __post_init__(self):
         self.spotter()
@@ -189,8 +194,17 @@ class Assistant:
     def wake_words(self) -> tuple[str, ...]:
         return listened(self.wake, self.wake_keywords)
 
+    @property
+    def operating_point(self) -> float | dict[str, float]:
+        """The wake word's threshold when the page's slider is left alone: a cascade's `propose`,
+        else the wake model's own (its metadata, else app/detection.py's)."""
+        return self.verifier.propose if self.verifier else detection_settings(self.wake, {})["threshold"]
+
     def spotter(self, threshold: float | None = None) -> WakeCommandSpotter:
-        """A visitor's own spotter; threshold: the wake word's (None: its model's operating point)."""
+        """A visitor's own spotter; threshold: the wake word's (None: the operating point)."""
+        if self.verifier is not None:
+            return CascadeWakeCommandSpotter(self.wake, self.commands, self.verifier, keywords=self.wake_keywords,
+                                             threshold=threshold)
         return WakeCommandSpotter(self.wake, self.commands, keywords=self.wake_keywords, threshold=threshold)
 
 
@@ -203,6 +217,7 @@ class WakeSession(DemoSession):
     def __init__(self, assistant: Assistant, threshold: float | None = None):
         self.assistant = assistant
         super().__init__(assistant.wake, threshold)
+        self.operating_point = assistant.operating_point
 
     def new_spotter(self, threshold: float | None) -> WakeCommandSpotter:
         return self.assistant.spotter(threshold)

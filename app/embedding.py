@@ -15,6 +15,7 @@ their sha256 on load (app/models/speech_embedding/):
 `embed(audio)` (offline) and `EmbeddingStream.push` (live) give the same vectors: one code path,
 the offline one running the streaming one's calls in batches. numpy + onnxruntime; never torch.
 """
+import functools
 import hashlib
 from pathlib import Path
 
@@ -94,6 +95,12 @@ class SpeechEmbedding:
     def silence(self) -> np.ndarray:
         """(MEL_WINDOW, MEL_BANDS): the mel frames a stream starts from, as if zeros came before it."""
         return np.repeat(self.mel(np.zeros(MEL_CONTEXT + HOP, np.float32))[:1], MEL_WINDOW, 0)
+
+
+@functools.cache
+def shared_embedding() -> SpeechEmbedding:
+    """The process's one SpeechEmbedding, made on first use: what every head of a server shares."""
+    return SpeechEmbedding()
 
 
 def windows(mel: np.ndarray, hops: int) -> np.ndarray:

@@ -9,7 +9,8 @@ How it works:
 
 1. A job is a folder under `root`: `job.json` (its state, rewritten at every change), `takes/`
    (the takes as 16-bit WAV), `work/` (enroll's output and TMPDIR while it runs) and, when it is
-   done, `model.onnx` and `enroll.log` (enroll's stderr).
+   done, `model.onnx` (with `--enroll-args --verifier`, its head `model.head.onnx` beside it) and
+   `enroll.log` (enroll's stderr).
 2. One worker thread runs the oldest queued job as its own process (`python -m rotkws.enroll_cli PHRASE
    -o work/model.onnx --progress json --recordings takes/… EXTRA`), in its own process group so
    the page and its other visitors keep the server's CPU time and a cancel ends every process it
@@ -43,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from app.cascade import CascadeSpotter
 from app.spotter import KeywordModel, KeywordSpotter
 from corpus import phrases
 from corpus.rate import SAMPLE_RATE
@@ -305,7 +307,8 @@ class EnrollJobs:
         if job.id in self.cancelled:
             self.finish(job, "cancelled", message="cancelled")
         elif returncode == 0 and last and last["event"] == "done" and model.is_file():
-            model.replace(self.folder(job.id) / "model.onnx")
+            for path in beside(model):             # model.onnx, and the head its verifier names
+                path.replace(self.folder(job.id) / path.name)
             job.result = {k: v for k, v in last.items() if k not in ("event", "output")}
             job.undetected = undetected_takes(self.folder(job.id) / "model.onnx", self.folder(job.id) / "takes")
             self.finish(job, "done")
@@ -387,14 +390,28 @@ def alive(pid: int) -> bool:
             return False
 
 
+def beside(model: Path) -> list[Path]:
+    """A finished model and the files it names beside it that are there: the head of its
+    verifier (`rotkws enroll --verifier`: OUT.head.onnx)."""
+    verifier = KeywordModel(model).meta.get("verifier")
+    head = model.parent / verifier["head"] if isinstance(verifier, dict) and "head" in verifier else None
+    return [model] + ([head] if head is not None and head.is_file() else [])
+
+
 def undetected_takes(model_path: Path, takes: Path) -> list[int]:
-    """The takes (1-based) in which the model at its stored threshold detects nothing."""
+    """The takes (1-based) in which the model at its stored threshold detects nothing; a model
+    with a verifier, as the cascade it is (app/cascade.py). A cascade whose head is missing: none
+    (the page says what is wrong with it)."""
     model = KeywordModel(model_path)
+    try:
+        spotter = CascadeSpotter.from_file(model_path) if "verifier" in model.meta else KeywordSpotter(model)
+    except ValueError:
+        return []
     missed = []
     for path in sorted(takes.glob("take*.wav"), key=lambda p: int(p.stem[4:])):
         audio, rate = sf.read(path, dtype="float32")
         pad = np.zeros(int(TAKE_PAD_S * rate), np.float32)
-        spotter = KeywordSpotter(model)
+        spotter.reset()
         found = spotter.process(np.concatenate([pad, audio, pad]), rate).detections + spotter.flush().detections
         if not found:
             missed.append(int(path.stem[4:]))

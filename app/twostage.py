@@ -150,7 +150,7 @@ class WakeCommandSpotter(KeywordSpotter):
             t = self._samples_done / self.model.sample_rate
             times.append(t)
             rows.append(row)
-            wake = self.detector.update(np.array([t]), row[None])
+            wake = self._wake(piece[:advance], t, row)
             runs = self.command_state == "carried" or self._open is not None
             command_row = self.commands._score_one(piece) if runs else np.full(len(self.command_model.labels), np.nan)
             self._command_rows.append(command_row)
@@ -169,6 +169,11 @@ class WakeCommandSpotter(KeywordSpotter):
                     self.commands.forget()
         scores = np.array(rows, np.float32).reshape(len(rows), len(self.model.labels))
         return SpotResult(np.array(times, np.float64), scores, heard)
+
+    def _wake(self, audio: np.ndarray, t: float, row: np.ndarray) -> list[Detection]:
+        """The wake word's detections at the hop ending at `t`: `audio` its new samples, `row`
+        its scores (a cascade's wake word is confirmed by its head: app/twostage_cascade.py)."""
+        return self.detector.update(np.array([t]), row[None])
 
     def _best(self) -> Detection | None:
         """The command listened for whose smoothed score peaked highest in the window (the first
