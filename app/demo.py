@@ -9,8 +9,8 @@ The page streams the microphone to the server (`gr.Audio(streaming=True)`: brows
 With --wake the page is a two-stage assistant (app/twostage.py): each visitor's `WakeSession`
 listens for the wake word, then for a command in the window it opens; the two models are
 shared by all. A wake file whose metadata names a verifier runs as a cascade
-(app/twostage_cascade.py): its head, on the one speech embedding, confirms each wake word. A file upload runs the same path over a file. `app/web/`, where present, is
-served at /web.
+(app/twostage_cascade.py): its head, on the one speech embedding, confirms each wake word.
+A file upload runs the same path over a file. `app/web/`, where present, is served at /web.
 """
 import argparse
 import shlex

@@ -55,8 +55,8 @@ def confirm(setup, clips_48k) -> float:
 def reference(wake, head, confirm, audio_48k) -> list:
     """The plain CascadeSpotter (app/cascade.py) over the same pieces the page gets."""
     cascade = CascadeSpotter(wake, head, PROPOSE, confirm)
-    found = [d for piece in split(audio_48k, (demo.STREAM_EVERY_S,)) for d in cascade.process(piece, BROWSER_RATE).detections]
-    return found
+    pieces = split(audio_48k, (demo.STREAM_EVERY_S,))
+    return [d for piece in pieces for d in cascade.process(piece, BROWSER_RATE).detections]
 
 
 def test_the_wake_page_hears_what_the_cascade_confirms(setup, commands, clips_48k, confirm):

@@ -14,17 +14,21 @@ import pytest
 import soundfile as sf
 import soxr
 
+from app.embedding import FILES, FOLDER as EMBEDDING_FOLDER
 from app.spotter import KeywordModel
 from conftest import CLIPS, REPO
 from onnx_models import LABELS, META, exported
 from test_web import ORT_WEB, WEB, default_model, missing
 from test_web import test_models   # noqa: F401  (a fixture)
+from test_cascade import CLIPS as ALEXA_CLIPS, cascade_file
+from test_cascade import setup   # noqa: F401  (a fixture: the bundled alexa.onnx and an untrained head)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run",
                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
 MIC_CLIP = CLIPS / "yes" / "03401e93_nohash_0.wav"
+ALEXA_CLIP = ALEXA_CLIPS[0]                  # a real `alexa` the cascade's wake file proposes on
 MIC_RATE = 48_000                            # what the fake microphone plays
 LEAD_S, TAIL_S = 1.0, 0.5                    # silence before the word (and after, before it loops)
 DETECT_TIMEOUT_MS = 40_000
@@ -210,3 +214,67 @@ def test_demo_serves_its_own_model_and_no_other_file(request, tmp_path):
         assert client.get("/models/kws12.onnx").content == default_model().read_bytes()
         for name in ("secret.txt", "..%2Fsecret.txt", "MODEL_CARD.md"):
             assert client.get(f"/models/{name}").status_code == 404, name
+
+
+# ─── a cascade wake file on the page ───
+
+CASCADE_CONFIRM = 0.5        # the untrained head's score on the alexa recordings is ~0.6-0.7 (its window's peak)
+
+
+@pytest.fixture(scope="module")
+def alexa_mic(tmp_path_factory) -> tuple[Path, np.ndarray]:
+    """A real `alexa` after LEAD_S of silence and 2 s after it: what the fake microphone plays
+    (48 kHz 16-bit, looped), and the same at 16 kHz."""
+    audio, rate = sf.read(ALEXA_CLIP, dtype="float32")
+    audio = np.concatenate([np.zeros(int(LEAD_S * rate)), audio, np.zeros(2 * rate)]).astype(np.float32)
+    path = tmp_path_factory.mktemp("mic") / "alexa_48k.wav"
+    sf.write(path, soxr.resample(audio, rate, MIC_RATE), MIC_RATE, subtype="PCM_16")
+    return path, audio
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_page_runs_a_cascade_file(chromium, alexa_mic, setup, tmp_path):
+    """?model= a wake file whose metadata names a verifier: the page fetches its head from beside
+    it and the speech embedding from ../models/speech_embedding/, and logs the wake word the head
+    confirms on a real recording through the fake microphone, as app/cascade.py confirms it."""
+    from app.cascade import CascadeSpotter
+    wake, head, _ = setup
+    mic, audio = alexa_mic
+    python = CascadeSpotter(wake, head, 0.3, CASCADE_CONFIRM)
+    assert python.process(audio).detections + python.flush().detections, "the Python cascade hears the recording"
+    root = site(tmp_path / "site", default_model())
+    (root / "app" / "models" / "speech_embedding").symlink_to(EMBEDDING_FOLDER)
+    cascade_file(wake, head, root / "app" / "models", "w", 0.3, CASCADE_CONFIRM)
+    with static_server(root) as url, page_on(chromium, mic, f"{url}/app/web/index.html?model=../models/w.onnx") as page:
+        assert page.evaluate("window.rotkws.cascade") and page.locator("#keywords").inner_text() == "alexa"
+        assert "a cascade: w.head.onnx confirms at 0.5" in page.locator("#status").inner_text()
+        fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+        assert {"w.onnx", "w.head.onnx", *FILES} <= set(fetched), fetched
+        listen(page)
+        page.wait_for_function("() => window.rotkws.detections.length > 0", timeout=DETECT_TIMEOUT_MS)
+        assert {d["keyword"] for d in page.evaluate("window.rotkws.detections")} == {"alexa"}
+        assert page.evaluate("window.rotkws.spotter.hopsEmbedded") > 0 and page.evaluate("window.rotkws.proposals") > 0
+
+
+@pytest.mark.browser
+def test_page_names_a_cascades_missing_head(chromium, setup, tmp_path):
+    """A wake file naming a head that is not beside it: the page says which file it expected."""
+    from playwright.sync_api import sync_playwright
+    wake, head, _ = setup
+    root = site(tmp_path / "site", default_model())
+    cascade_file(wake, head, root / "app" / "models", "w", 0.3, CASCADE_CONFIRM)
+    (root / "app" / "models" / "w.head.onnx").unlink()
+    (root / "app" / "models" / "speech_embedding").symlink_to(EMBEDDING_FOLDER)
+    with static_server(root) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{url}/app/web/index.html?model=../models/w.onnx")
+            page.wait_for_function("() => window.rotkws && window.rotkws.error", timeout=DETECT_TIMEOUT_MS)
+            said = page.locator("#status").inner_text()
+            expected = r"w\.onnx names \"w\.head\.onnx\" as its verifier: no file at .*w\.head\.onnx \(HTTP 404\)"
+            assert re.search(expected, said), said
+            assert page.locator("#start").is_disabled()
+        finally:
+            browser.close()

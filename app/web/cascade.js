@@ -99,11 +99,22 @@ export function proposalWindow(t) {
 export class CascadeSpotter {
   /** The wake file (path, URL or bytes) whose metadata names its verifier, beside it. */
   static async load(ort, source, ears) {
-    const wake = await KeywordModel.load(ort, source);
+    return CascadeSpotter.of(ort, await KeywordModel.load(ort, source), source, ears);
+  }
+
+  /** A wake model already loaded from `source` (path or URL), its verifier's head read from beside it. */
+  static async of(ort, wake, source, ears) {
     if (!wake.metadata.verifier) throw new ModelError(`${source}: no verifier in its metadata (expected a file export/cascade.py wrote)`);
     const verifier = JSON.parse(wake.metadata.verifier);
-    const headSource = String(source).replace(/[^/]*$/, verifier.head);
-    return new CascadeSpotter(wake, await HeadModel.load(ort, headSource, ears), verifier.propose, verifier.confirm);
+    const headSource = String(source).replace(/[^/?#]*([?#].*)?$/, verifier.head);
+    let head;
+    try {
+      head = await HeadModel.load(ort, headSource, ears);
+    } catch (e) {
+      throw new ModelError(`${source} names ${JSON.stringify(verifier.head)} as its verifier: ${e.message} ` +
+        '(expected the head file `rotkws enroll --verifier` writes beside the wake file)');
+    }
+    return new CascadeSpotter(wake, head, verifier.propose, verifier.confirm);
   }
 
   constructor(wake, head, propose, confirm) {
@@ -112,6 +123,12 @@ export class CascadeSpotter {
     this.keep = (head.hops + MEL_HOPS + Math.ceil((LOOKBACK_S + ARM_S) * SAMPLE_RATE / HOP) + 2) * HOP;
     this.reset();
   }
+
+  get model() { return this.spotter.model; }
+  get keywords() { return [this.head.phrase]; }
+  get hopS() { return this.spotter.hopS; }
+  get threshold() { return this.spotter.threshold; }     // the wake file's, for a proposal
+  set threshold(value) { this.spotter.threshold = value; }
 
   reset() {
     this.spotter.reset();
@@ -123,9 +140,10 @@ export class CascadeSpotter {
     this.hopsEmbedded = 0;
   }
 
-  /** 16 kHz mono float32 samples → {detections: [{keyword, timeS, score}], proposals}. */
+  /** 16 kHz mono float32 samples → {detections: [{keyword, timeS, score}], proposals, times, scores}:
+   * the confirmed wake words, the number of proposals, and the wake file's hops as KeywordSpotter gives them. */
   async process(chunk) {
-    const proposals = (await this.spotter.process(chunk, SAMPLE_RATE)).detections;
+    const { times, scores, detections: proposals } = await this.spotter.process(chunk, SAMPLE_RATE);
     const joined = new Float32Array(this.audio.length + chunk.length);
     joined.set(this.audio);
     joined.set(chunk, this.audio.length);
@@ -134,7 +152,7 @@ export class CascadeSpotter {
     this.pending.push(...proposals.map((d) => d.timeS));
     const detections = await this._confirm();
     this.audio = this.audio.slice(Math.max(0, this.audio.length - this.keep));
-    return { detections, proposals: proposals.length };
+    return { detections, proposals: proposals.length, times, scores };
   }
 
   /** The end of a stream: enough silence for the last proposals' windows to close. */
