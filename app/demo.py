@@ -8,8 +8,9 @@ The page streams the microphone to the server (`gr.Audio(streaming=True)`: brows
 `DemoSession` (app/demo_session.py), which holds their spotter; one ONNX model is shared by all.
 With --wake the page is a two-stage assistant (app/twostage.py): each visitor's `WakeSession`
 listens for the wake word, then for a command in the window it opens; the two models are
-shared by all. A wake file whose metadata names a verifier runs as a cascade
-(app/twostage_cascade.py): its head, on the one speech embedding, confirms each wake word.
+shared by all. A wake file whose metadata names a verifier runs as a cascade, with --wake
+(app/twostage_cascade.py) or --model (app/keyword_cascade.py): its head, on the one speech
+embedding, confirms each wake word.
 A file upload runs the same path over a file. `app/web/`, where present, is served at /web.
 """
 import argparse
@@ -29,6 +30,7 @@ from app.demo_session import GAIN_RANGE_DB, PLOT_WINDOW_S, Assistant, DemoSessio
 from app.detect_cli import keyword_list
 from app.embedding import FILES as EMBEDDING_FILES, FOLDER as EMBEDDING_FOLDER, shared_embedding
 from app.enroll_jobs import EnrollJobs, JobsInUse
+from app.keyword_cascade import served_model, slider_what
 from app.spotter import COMMAND_MODEL, DEFAULT_MODEL, KeywordModel, ModelError, listened
 from app.twostage import WINDOW_S
 
@@ -168,9 +170,8 @@ def layout(model: Served) -> SimpleNamespace:
             note = (f" · starts at the model's per keyword ({per_keyword}); moving it sets one for all"
                     if per_keyword else "")
             what = "wake-word probability to open a command window" if wake else "keyword probability to detect"
-            if wake and model.verifier is not None:
-                what = (f"wake-word probability to propose; its head on the speech embedding confirms at "
-                        f"{model.verifier.confirm:g} and only then opens a command window")
+            if getattr(model, "verifier", None) is not None:          # a cascade: its head confirms
+                what = slider_what(model.verifier, wake)
             ui.threshold = gr.Slider(*THRESHOLD_RANGE, value=operating_point, step=0.01,
                                      label=f"Threshold ({what}{note})", elem_id="threshold")
             ui.gain = gr.Slider(*GAIN_RANGE_DB, value=0.0, step=1.0,
@@ -308,7 +309,8 @@ def serve_enrolled(app, jobs: EnrollJobs) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rotkws demo", description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None,
-                   help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name})")
+                   help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name}); a wake file with a "
+                   "verifier (`enroll --verifier`) runs as the cascade, its head beside it confirming")
     p.add_argument("--host", default=HOST, help=f"address to bind (default {HOST}; 0.0.0.0 for all)")
     p.add_argument("--port", type=port_number, default=PORT, help=f"port, 1–65535 (default {PORT})")
     two = p.add_argument_group("a wake word, then a command (app/twostage.py)")
@@ -363,7 +365,10 @@ def load_models(args: argparse.Namespace) -> Served:
         if path is not None and not path.is_file():
             raise ValueError(f"--{option}: no model at {path}; expected a streaming .onnx file")
     if args.wake is None:
-        return KeywordModel(args.model)
+        try:
+            return served_model(args.model, shared_embedding())   # a cascade file: a CascadeModel
+        except ValueError as e:                 # a head missing or not a head, the embedding's files
+            raise ValueError(f"--model: {e}") from None
     wake = loaded("--wake", args.wake)
     try:
         keywords = None if args.wake_keywords is None else listened(wake, args.wake_keywords)

@@ -2,7 +2,8 @@
 
 Plain Python over the runtime's results, no Gradio, so the page's logic is tested without a
 server. The page keeps one `DemoSession` per browser session (in a `gr.State`); every session
-shares one `KeywordModel` and owns its `KeywordSpotter` (model state, resampler, detector).
+shares one `KeywordModel` and owns its `KeywordSpotter` (model state, resampler, detector); a
+cascade wake file (a `CascadeModel`) shares its head too, and each owns a `CascadeKeywordSpotter`.
 On a two-stage page (`rotkws demo --wake`) every session shares one `Assistant` (the wake
 model, the command model and, for a cascade wake file, its head on the speech embedding) and
 owns its `WakeCommandSpotter` (a `CascadeWakeCommandSpotter` for a cascade): a `WakeSession`.
@@ -19,6 +20,7 @@ import numpy as np
 
 from app.audio import to_mono_float32
 from app.cascade import Verifier
+from app.keyword_cascade import CascadeKeywordSpotter, CascadeModel
 from app.spotter import Detection, KeywordModel, KeywordSpotter, detection_settings, listened
 from app.twostage import COMMAND_THRESHOLD, WakeCommandSpotter, WakeEvent
 from app.twostage_cascade import CascadeWakeCommandSpotter
@@ -71,6 +73,10 @@ class DemoSession:
             self.detections: list = []
 
     def new_spotter(self, threshold: float | None) -> KeywordSpotter:
+        """The visitor's own spotter; on a cascade wake file (`--model W.onnx` with a verifier), its
+        own cascade state on the shared head (app/keyword_cascade.py)."""
+        if isinstance(self.model, CascadeModel):
+            return CascadeKeywordSpotter(self.model, threshold=threshold)
         return KeywordSpotter(self.model, threshold=threshold)
 
     @property

@@ -249,6 +249,11 @@ class KeywordSpotter:
         n = len(self._pending) // hop * hop
         result = self._score_hops(self._pending[:n], hop, hop)
         self._pending = self._pending[n:].copy()
+        return self._detect(audio, result)
+
+    def _detect(self, audio: np.ndarray, result: SpotResult) -> SpotResult:
+        """The detections of the hops `audio` (the stream's next samples, at the model's rate)
+        completed: the detector's as they are; a cascade confirms them first (app/keyword_cascade.py)."""
         return result
 
     def _score_hops(self, audio: np.ndarray, hop: int, advance: int) -> SpotResult:

@@ -1,22 +1,25 @@
-"""A cascade wake file on the demo page (app/twostage_cascade.py through app/demo_session.py):
-`rotkws demo --wake W.onnx` and the enroll tab run it as the cascade, on real recordings of the
-wake word, with one head and embedding shared by every visitor; a head that is missing is an
-error naming it, and the page serves the files the in-browser page needs for a cascade.
+"""A cascade wake file on the demo page (app/twostage_cascade.py, app/keyword_cascade.py through
+app/demo_session.py): `rotkws demo --wake W.onnx`, `rotkws demo --model W.onnx` and the enroll tab
+run it as the cascade, on real recordings of the wake word, with one head and embedding shared by
+every visitor; a head that is missing is an error naming it, and the page serves the files the
+in-browser page needs for a cascade.
 The cascade files are built as tests/test_cascade.py builds them (its `setup`: the bundled
 alexa.onnx and an untrained head)."""
 import sys
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from app import demo
 from app.cascade import CascadeSpotter, Verifier
 from app.demo_controls import slider_start
 from app.demo_enroll import EnrollPage, on_poll
-from app.demo_session import Assistant
-from app.embedding import FILES
+from app.demo_session import FILE_PIECE_S, Assistant, DemoSession, read_upload
+from app.embedding import FILES, shared_embedding
 from app.enroll_jobs import EnrollJobs
-from app.spotter import COMMAND_MODEL, KeywordModel
+from app.keyword_cascade import CascadeKeywordSpotter, CascadeModel
+from app.spotter import COMMAND_MODEL, KeywordModel, KeywordSpotter
 from app.twostage_cascade import CascadeWakeCommandSpotter
 from test_cascade import CLIPS, cascade_file, offline
 from test_cascade import setup   # noqa: F401  (a fixture)
@@ -108,6 +111,94 @@ def test_demo_wake_loads_the_cascade_and_names_a_missing_head(setup, tmp_path, c
         demo.load_models(demo.parse_args(["--wake", str(path)]))
     assert demo.main(["--wake", str(path), "--no-enroll"]) == 2
     assert str(tmp_path / "w.head.onnx") in capsys.readouterr().err
+
+
+# ─── `rotkws demo --model W.onnx`: the plain Listen page on a cascade wake file ───
+
+def from_file(path, audio, rate, piece_s=demo.STREAM_EVERY_S, flush=False) -> list:
+    """CascadeSpotter.from_file(path) over `audio` in the pieces the page gets; then its flush."""
+    cascade = CascadeSpotter.from_file(path)
+    step = int(piece_s * rate)
+    found = [d for i in range(0, len(audio), step) for d in cascade.process(audio[i:i + step], rate).detections]
+    return found + (cascade.flush().detections if flush else [])
+
+
+def same_detections(got, expected) -> None:
+    assert [d.keyword for d in got] == [d.keyword for d in expected]
+    np.testing.assert_allclose([d.time_s for d in got], [d.time_s for d in expected], atol=1e-6)
+    np.testing.assert_allclose([d.score for d in got], [d.score for d in expected], atol=1e-5)
+
+
+@pytest.fixture
+def model_page(setup, confirm, tmp_path) -> tuple:
+    """`rotkws demo --model W.onnx` on a cascade file at (PROPOSE, confirm): what it serves, W.onnx."""
+    wake, head, _ = setup
+    path = cascade_file(wake, head, tmp_path, "w", PROPOSE, confirm)
+    return demo.load_models(demo.parse_args(["--model", str(path)])), path
+
+
+def test_the_model_page_hears_what_the_cascade_confirms(setup, model_page, clips_48k, tmp_path):
+    """The plain page on a cascade file: the microphone and a file upload (ending amid a wake word,
+    so that its flush confirms what is pending) log exactly CascadeSpotter.from_file's
+    detections, at its times and head scores, fewer than the wake file alone at `propose`; the
+    plot keeps the wake file's scores; the slider starts at `propose` and says where the head confirms."""
+    import gradio as gr
+    wake, _, _ = setup
+    runs, path = model_page
+    assert isinstance(runs, CascadeModel) and runs.verifier.head.ears is shared_embedding()
+    session = stream(runs, clips_48k)
+    assert isinstance(session, DemoSession) and isinstance(session.spotter, CascadeKeywordSpotter)
+    same_detections(session.detections, from_file(path, clips_48k, BROWSER_RATE))
+    assert session.scores.max() > PROPOSE and "alexa" in set(session.plot_points()["keyword"])
+
+    file = tmp_path / "alexa.wav"          # ending 0.2 s before the stream's last detection: in its flush
+    sf.write(file, clips_48k[:int((session.detections[-1].time_s - 0.2) * BROWSER_RATE)], BROWSER_RATE,
+             subtype="PCM_16")
+    audio, rate = read_upload(file)
+    expected = from_file(path, audio, rate, FILE_PIECE_S, flush=True)
+    *_, log, _, session = demo.on_file(runs, str(file), session, None, 0.0)
+    same_detections(session.detections, expected)
+    assert len(expected) > len(from_file(path, audio, rate, FILE_PIECE_S))     # the flush confirmed one
+    assert log.split("── alexa.wav")[0].count("alexa ") == len(expected)       # newest first
+    alone = DemoSession(wake, PROPOSE)
+    alone.feed_file(file)
+    assert 0 < len(session.detections) < len(alone.detections)
+
+    assert slider_start(runs)[0] == PROPOSE and session.spotter.threshold == PROPOSE
+    page = demo.build_demo(runs)
+    slider = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "threshold")
+    assert isinstance(slider, gr.Slider) and f"confirms at {runs.verifier.confirm:g}" in slider.label
+    *_, moved = demo.on_chunk(runs, (BROWSER_RATE, clips_48k[:BROWSER_RATE]), None, 0.6, 0.0)
+    assert moved.spotter.threshold == 0.6 and moved.spotter.cascade.confirm == runs.verifier.confirm
+
+
+def test_model_page_visitors_share_the_head_and_keep_their_own_cascade(model_page, clips_48k):
+    """Two visitors of the plain page, pieces interleaved: one hears the recordings, the other
+    silence; each hears what it would alone, through the same head and embedding."""
+    runs, path = model_page
+    loud, quiet = None, None
+    for piece in split(clips_48k, (demo.STREAM_EVERY_S,)):
+        *_, loud = demo.on_chunk(runs, (BROWSER_RATE, piece), loud, None, 0.0)
+        *_, quiet = demo.on_chunk(runs, (BROWSER_RATE, np.zeros_like(piece)), quiet, None, 0.0)
+    assert loud.spotter.cascade is not quiet.spotter.cascade
+    assert loud.spotter.cascade.head is quiet.spotter.cascade.head is runs.verifier.head
+    same_detections(loud.detections, from_file(path, clips_48k, BROWSER_RATE))
+    assert loud.detections and quiet.detections == [] and quiet.spotter.cascade.hops_embedded == 0
+
+
+def test_demo_model_names_a_missing_head(setup, tmp_path, capsys):
+    """--model W.onnx whose head is gone: an error naming the head file and what was expected,
+    at start-up (exit status 2); a file without a verifier is served as it is."""
+    wake, head, _ = setup
+    path = cascade_file(wake, head, tmp_path, "w", PROPOSE, 0.5)
+    (tmp_path / "w.head.onnx").unlink()
+    with pytest.raises(ValueError, match=r"--model: .*w\.onnx names 'w\.head\.onnx' as its verifier: no head file "
+                       r"at .*w\.head\.onnx \(expected the head file"):
+        demo.load_models(demo.parse_args(["--model", str(path)]))
+    assert demo.main(["--model", str(path), "--no-enroll"]) == 2
+    assert str(tmp_path / "w.head.onnx") in capsys.readouterr().err
+    plain = demo.load_models(demo.parse_args(["--model", str(wake.path)]))
+    assert not isinstance(plain, CascadeModel) and type(demo.new_session(plain).spotter) is KeywordSpotter
 
 
 # ─── the enroll tab: jobs that enroll with --verifier ───
