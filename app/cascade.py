@@ -190,18 +190,24 @@ class CascadeSpotter:
                             else self.head.ears.mel(self._samples(k * HOP - MEL_CONTEXT, (k + 1) * HOP)))
         return self.mels[k]
 
+    def _vectors(self, missing: list[int]) -> None:
+        """The embeddings of hops `missing` (none of them before the stream) in one call."""
+        if missing:
+            mels = [np.concatenate([self._mel(i) for i in range(j - MEL_HOPS + 1, j + 1)])[-MEL_WINDOW:] for j in missing]
+            self.vectors.update(zip(missing, self.head.ears.vectors(np.stack(mels))))
+            self.hops_embedded += len(missing)
+
     def _vector(self, j: int) -> np.ndarray:
         if j not in self.vectors:
             if j < 0:
                 self.vectors[j] = self.head.silence
             else:
-                mel = np.concatenate([self._mel(i) for i in range(j - MEL_HOPS + 1, j + 1)])[-MEL_WINDOW:]
-                self.vectors[j] = self.head.ears.vectors(mel[None])[0]
-                self.hops_embedded += 1
+                self._vectors([j])
         return self.vectors[j]
 
     def _score(self, k: int) -> float:
         if k not in self.scores:
+            self._vectors([j for j in range(k - self.head.hops + 1, k + 1) if j >= 0 and j not in self.vectors])
             window = np.stack([self._vector(j) for j in range(k - self.head.hops + 1, k + 1)])
             self.scores[k] = float(self.head.session.run(None, {"embeddings": window[None].astype(np.float32)})[0][0])
         return self.scores[k]

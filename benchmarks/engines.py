@@ -34,7 +34,8 @@ import numpy as np
 
 from app.detection import REFRACTORY_S, THRESHOLD
 from app.spotter import KeywordModel
-from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from app.embedding import HOP as HEAD_HOP
+from app.sweep import FEED_SECONDS, THRESHOLDS, model_rule, score_track, sweep_detections
 from app.wakehead import HEAD_THRESHOLDS, HeadModel, is_head
 from corpus.rate import SAMPLE_RATE
 
@@ -164,12 +165,13 @@ class Cascaded:
         v = self.verifier
         cascade = CascadeSpotter(KeywordModel(self.path), HeadModel(self.path.parent / v["head"]),
                                  v["propose"], v["confirm"], record=True)
+        feed = int(FEED_SECONDS * SAMPLE_RATE)          # fed as the wake file alone is (score_track)
         started = time.process_time()
-        found = [d.time_s for i in range(0, len(audio), CHUNK) for d in cascade.process(audio[i:i + CHUNK]).detections]
+        found = [d.time_s for i in range(0, len(audio), feed) for d in cascade.process(audio[i:i + feed]).detections]
         found += [d.time_s for d in cascade.flush().detections]
         cpu = time.process_time() - started
         hops = np.array(sorted(cascade.recorded))
-        times = (hops + 1) * CHUNK / SAMPLE_RATE
+        times = (hops + 1) * HEAD_HOP / SAMPLE_RATE
         scores = np.array([cascade.recorded[k] for k in hops])
         confirm = float(v["confirm"])
         thresholds = np.unique(np.concatenate([HEAD_THRESHOLDS, [confirm]]))
