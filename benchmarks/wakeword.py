@@ -169,8 +169,10 @@ def seeds_table(results: list[dict]) -> str:
 
 def describe(counts: dict, hours: float, seed: int) -> str:
     phrases = ", ".join(f"{counts[p]} `{p}`" for p in speech.BENCH_PHRASES)
-    return (f"Stream: {hours:.2f} h (seed {seed}): {phrases} recordings (the odd-numbered ones of "
-            f"`wakeword_benchmark_dev`, which no training uses) among {counts['utterances']} utterances "
+    held = ", ".join(f"`{p}`" for p in speech.HELD_OUT_WAKEWORDS)
+    return (f"Stream: {hours:.2f} h (seed {seed}): {phrases} recordings (no training hears them: the "
+            f"odd-numbered ones of `wakeword_benchmark_dev`; of {held}, Mycroft's every one) among "
+            f"{counts['utterances']} utterances "
             f"({counts['speech_hours']:.2f} h) of read speech by {counts['speakers']} speakers "
             f"({speech.SPLIT_SOURCES['bench']}; never trained on, never used for a threshold), "
             f"1–3 s pauses, background noise everywhere at {streams.SNR_DB:g} dB SNR by peak frame "
