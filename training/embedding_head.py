@@ -158,6 +158,18 @@ def speech_piece(utterance: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
 
 
 # -- the embedding, computed once -----------------------------------------------------------------
+def piece_key(utterance: np.ndarray) -> str:
+    """What names an utterance's cached embedding, and seeds its piece: its audio's hash."""
+    return hashlib.sha1(CACHE_VERSION.encode() + np.asarray(utterance, np.float32).tobytes()).hexdigest()
+
+
+def heard_piece(utterance: np.ndarray, noise: np.ndarray, key: str | None = None) -> np.ndarray:
+    """The utterance's `speech_piece`, its randomness seeded by its audio (`piece_key`): the same
+    piece every time, what `embedding_cache` embeds."""
+    key = key or piece_key(utterance)
+    return speech_piece(utterance, noise, np.random.default_rng(int(key[:12], 16)))
+
+
 def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Path | None = None) -> list[np.ndarray]:
     """Each utterance's speech piece (`speech_piece`, its randomness seeded by its audio) embedded,
     (hops, EMBED_DIM) float16, read from `folder` where an earlier run (any phrase, any seed)
@@ -166,13 +178,12 @@ def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Pa
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for audio in progress.bar(pieces, desc="speech embeddings", unit="utterance"):
-        key = hashlib.sha1(CACHE_VERSION.encode() + np.asarray(audio, np.float32).tobytes()).hexdigest()
+        key = piece_key(audio)
         path = folder / f"{key}.npy"
         if path.is_file():
             out.append(np.load(path))
             continue
-        rng = np.random.default_rng(int(key[:12], 16))
-        e = ears.embed(speech_piece(audio, noise, rng)).astype(np.float16)
+        e = ears.embed(heard_piece(audio, noise, key)).astype(np.float16)
         np.save(path, e)
         out.append(e)
     return out
