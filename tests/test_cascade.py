@@ -95,7 +95,8 @@ def test_recorded_hops_give_the_sweep(setup):
 
 def test_javascript_cascade_matches_python(setup, node, tmp_path):
     """app/web/cascade.js through onnxruntime-node: Python's confirmed detections at the same times,
-    scores within TOLERANCE, on the bundled alexa.onnx with a head (tests/web/cascade_python.test.mjs)."""
+    scores within TOLERANCE, on the bundled alexa.onnx with a head; a batch of embedding windows
+    the same as each alone (tests/web/cascade_python.test.mjs)."""
     wake, head, audio = setup
     propose, confirm = 0.3, confirming(head, audio)
     cascade = CascadeSpotter(wake, head, propose, confirm)
@@ -112,7 +113,7 @@ def test_javascript_cascade_matches_python(setup, node, tmp_path):
            "hops_embedded": cascade.hops_embedded}
     (tmp_path / "reference.json").write_text(json.dumps(ref))
     out = run_node(node, "tests/web/cascade_python.test.mjs", env={"ROTKWS_CASCADE_REFERENCE": str(tmp_path / "reference.json")})
-    assert "# pass 2" in out.stdout and "# skipped 0" in out.stdout, out.stdout[-2000:]
+    assert "# pass 3" in out.stdout and "# skipped 0" in out.stdout, out.stdout[-2000:]
 
 
 def test_the_bench_runs_heads_and_cascades_as_the_runtime_does(setup, tmp_path):

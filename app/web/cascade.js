@@ -59,10 +59,17 @@ export class SpeechEmbedding {
   }
 
   /** MEL_WINDOW × MEL_BANDS mel frames → Float32Array of EMBED_DIM. */
-  async vector(window) {
+  async vector(window) { return (await this.vectors([Float32Array.from(window)]))[0]; }
+
+  /** N windows of MEL_WINDOW × MEL_BANDS mel frames → N Float32Arrays of EMBED_DIM, in one call. */
+  async vectors(windows) {
+    const size = MEL_WINDOW * MEL_BANDS;
+    const x = new Float32Array(windows.length * size);
+    windows.forEach((w, i) => x.set(w, i * size));
     const out = await this.embedSession.run({
-      input_1: new this.ort.Tensor('float32', Float32Array.from(window), [1, MEL_WINDOW, MEL_BANDS, 1]) });
-    return Float32Array.from(out[this.embedSession.outputNames[0]].data);
+      input_1: new this.ort.Tensor('float32', x, [windows.length, MEL_WINDOW, MEL_BANDS, 1]) });
+    const data = out[this.embedSession.outputNames[0]].data;
+    return windows.map((_, i) => Float32Array.from(data.subarray(i * EMBED_DIM, (i + 1) * EMBED_DIM)));
   }
 }
 
@@ -201,24 +208,26 @@ export class CascadeSpotter {
     return this.mels.get(k);
   }
 
-  async _vector(j) {
-    if (!this.vectors.has(j)) {
-      if (j < 0) {
-        this.vectors.set(j, this.head.silence);
-      } else {
-        const frames = new Float32Array(MEL_HOPS * MEL_PER_HOP * MEL_BANDS);
-        for (let i = 0; i < MEL_HOPS; i++) frames.set(await this._mel(j - MEL_HOPS + 1 + i), i * MEL_PER_HOP * MEL_BANDS);
-        this.vectors.set(j, await this.head.ears.vector(frames.subarray(frames.length - MEL_WINDOW * MEL_BANDS)));
-        this.hopsEmbedded += 1;
-      }
+  /** The embeddings of hops `missing` (none of them before the stream) in one call, as app/cascade.py's `_vectors`. */
+  async _vectors(missing) {
+    if (!missing.length) return;
+    const windows = [];
+    for (const j of missing) {
+      const frames = new Float32Array(MEL_HOPS * MEL_PER_HOP * MEL_BANDS);
+      for (let i = 0; i < MEL_HOPS; i++) frames.set(await this._mel(j - MEL_HOPS + 1 + i), i * MEL_PER_HOP * MEL_BANDS);
+      windows.push(frames.subarray(frames.length - MEL_WINDOW * MEL_BANDS));
     }
-    return this.vectors.get(j);
+    const got = await this.head.ears.vectors(windows);
+    missing.forEach((j, i) => this.vectors.set(j, got[i]));
+    this.hopsEmbedded += missing.length;
   }
 
   async _score(k) {
     if (!this.scores.has(k)) {
+      const hops = Array.from({ length: this.head.hops }, (_, i) => k - this.head.hops + 1 + i);
+      await this._vectors(hops.filter((j) => j >= 0 && !this.vectors.has(j)));
       const window = new Float32Array(this.head.hops * EMBED_DIM);
-      for (let i = 0; i < this.head.hops; i++) window.set(await this._vector(k - this.head.hops + 1 + i), i * EMBED_DIM);
+      hops.forEach((j, i) => window.set(j < 0 ? this.head.silence : this.vectors.get(j), i * EMBED_DIM));
       this.scores.set(k, await this.head.score(window));
     }
     return this.scores.get(k);

@@ -37,3 +37,20 @@ test('the JavaScript cascade reproduces the Python one', { skip }, async () => {
     `detection ${i}: score ${d.score}, expected ${ref.detections[i].score} ± ${ref.tolerance}`));
   assert.equal(cascade.hopsEmbedded, ref.hops_embedded);
 });
+
+test('the embedding of several windows in one call is each window\'s alone', { skip }, async () => {
+  const ears = await SpeechEmbedding.load(ort, ref.embedding);
+  const audio = readWav(ref.wav).samples;
+  const windows = [0, 1, 2].map((i) => {
+    const w = new Float32Array(76 * 32);
+    for (let f = 0; f < w.length; f++) w[f] = Math.log1p(Math.abs(audio[(i * 5003 + f * 7) % audio.length]) * 50);
+    return w;
+  });
+  const together = await ears.vectors(windows);
+  for (const [i, w] of windows.entries()) {
+    const alone = await ears.vector(w);
+    assert.equal(together[i].length, alone.length);
+    alone.forEach((v, d) => assert.ok(Math.abs(v - together[i][d]) <= 1e-4, `window ${i}, dim ${d}: ${together[i][d]} vs ${v}`));
+  }
+  assert.ok(together[0].some((v, d) => Math.abs(v - together[1][d]) > 1e-3), 'different windows, different embeddings');
+});
