@@ -48,6 +48,7 @@ PROB_THRESHOLDS = np.unique(np.round(np.concatenate([np.arange(0.05, 0.951, 0.05
                                                      1 - 10.0 ** -np.arange(1.4, 4.05, 0.2)]), 5))
 KWS_THRESHOLDS = (1e-30, 1e-20, 1e-10)   # PocketSphinx's sweep: its default 1e-30 and stricter
 KWS_DEFAULT = 1e-30
+HEAD_ENGINE = "rotkws ears"   # a head file alone (the embedding over the whole stream): BENCHMARKS.md's rows only
 
 
 @dataclass
@@ -140,7 +141,7 @@ class Heads:
             thresholds = np.unique(np.concatenate([HEAD_THRESHOLDS, [own]]))
             sweep = sweep_detections(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
                                      thresholds, **rule)
-            runs.append(Run(f"rotkws ears (`{path.name}`)", model.phrase, thresholds, own,
+            runs.append(Run(f"{HEAD_ENGINE} (`{path.name}`)", model.phrase, thresholds, own,
                             {float(th): np.array([d.time_s for d in dets]) for th, dets in sweep.items()},
                             cpu, len(audio) / SAMPLE_RATE))
         return runs

@@ -149,9 +149,10 @@ SEED_MARK = re.compile(r"_s(\d+)(?=[._])")     # a file's seed in its name: alex
 
 def seeds_table(results: list[dict]) -> str:
     """The README's short form: the files that differ only by their seed (`NAME_sN.onnx`) in one
-    row, each figure "seed a / seed b" (an earlier run's seed beside this run's: the row marked)."""
+    row, each figure "seed a / seed b" (an earlier run's seed beside this run's: the row marked);
+    a head file alone (engines.HEAD_ENGINE, a step towards the cascade) is left to BENCHMARKS.md."""
     groups: dict[tuple, list[dict]] = {}
-    for r in results:
+    for r in (r for r in results if not r["engine"].startswith(engines.HEAD_ENGINE)):
         name = SEED_MARK.sub("_s*", r["engine"].removesuffix(f" {EARLIER}"))
         groups.setdefault((name, r["phrase"]), []).append(r)
     join = lambda rs, f: " / ".join(f(r) for r in rs)

@@ -203,8 +203,9 @@ def test_the_readme_table_puts_a_recipes_seeds_in_one_row():
                                      "budgets": {1.0: {"miss_rate": miss}, 0.1: None},
                                      "default": {"miss_rate": miss, "fa_per_hour": 0.5}}
     table = wakeword.seeds_table([row("rotkws (`alexa_s1.onnx`)", 0.3, 3.0), row("rotkws (`alexa_s0.onnx`)", 0.2, 2.0),
-                                  row("openWakeWord", 0.1, 40.0)]).splitlines()
-    assert len(table) == 4
+                                  row("openWakeWord", 0.1, 40.0), row("rotkws ears (`alexa_head_s0.onnx`)", 0.1, 30.0)]
+                                 ).splitlines()
+    assert len(table) == 4                                          # the head file alone left out
     assert table[2] == "| rotkws (`alexa_s*.onnx`) | `alexa` | 20.0 % / 30.0 % | — / — | 20.0 %, 0.5 / 30.0 %, 0.5 | 2.0 / 3.0 |"
     assert table[3].startswith("| openWakeWord | `alexa` | 10.0 % |")
     earlier = wakeword.seeds_table([row("rotkws (`alexa_s0.onnx`) (earlier run)", 0.2, 2.0),
