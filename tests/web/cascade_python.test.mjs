@@ -9,7 +9,7 @@ import { test } from 'node:test';
 
 import * as ort from 'onnxruntime-node';
 
-import { CascadeSpotter, SpeechEmbedding, proposalWindow } from '../../app/web/cascade.js';
+import { CascadeSpotter, MEL_BANDS, MEL_WINDOW, SpeechEmbedding, proposalWindow } from '../../app/web/cascade.js';
 import { readWav } from './wav.mjs';
 
 const REFERENCE = process.env.ROTKWS_CASCADE_REFERENCE;
@@ -42,7 +42,7 @@ test('the embedding of several windows in one call is each window\'s alone', { s
   const ears = await SpeechEmbedding.load(ort, ref.embedding);
   const audio = readWav(ref.wav).samples;
   const windows = [0, 1, 2].map((i) => {
-    const w = new Float32Array(76 * 32);
+    const w = new Float32Array(MEL_WINDOW * MEL_BANDS);
     for (let f = 0; f < w.length; f++) w[f] = Math.log1p(Math.abs(audio[(i * 5003 + f * 7) % audio.length]) * 50);
     return w;
   });
