@@ -42,6 +42,12 @@ BATCH = 256                 # embedding windows per call, offline
 CACHE_VERSION = "1"         # of what is cached under cache_folder(): bump when a cached piece would change
 
 
+def cache_key(audio: np.ndarray) -> str:
+    """What names a cached embedding of `audio` (and seeds a training piece made from it): the hash of
+    its float32 samples and CACHE_VERSION."""
+    return hashlib.sha1(CACHE_VERSION.encode() + np.asarray(audio, np.float32).tobytes()).hexdigest()
+
+
 def cache_folder() -> Path:
     """Where embeddings computed once per machine are kept: $ROTKWS_CACHE/embeddings."""
     return cache_root() / "embeddings"

@@ -4,7 +4,6 @@ the validation speakers' stream in the bench's mix, the lowest with ≤ fa_per_h
 per hour under the file's rule (raw score, 1 s refractory: the peers' rule). The validation
 stream's embeddings are cached per machine (app/embedding.py: cache_folder).
 """
-import hashlib
 import json
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import onnxruntime as ort
 import torch
 
 from app.detection import REFRACTORY_S
-from app.embedding import CACHE_VERSION, EMBED_DIM, FILES, HOP, SAMPLE_RATE, cache_folder
+from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, cache_folder, cache_key
 from app.sweep import sweep_detections
 from app.wakehead import HEAD_HOPS, HEAD_TASK, HEAD_THRESHOLDS, HeadModel
 
@@ -48,8 +47,7 @@ def export_head(head: torch.nn.Module, path: Path, meta: dict) -> Path:
 
 def cached_embeddings(model: HeadModel, audio: np.ndarray) -> np.ndarray:
     """The stream's embeddings, from the cache where an earlier run made them."""
-    key = hashlib.sha1(CACHE_VERSION.encode() + audio.tobytes()).hexdigest()
-    path = cache_folder() / f"stream-{key}.npy"
+    path = cache_folder() / f"stream-{cache_key(audio)}.npy"
     if path.is_file():
         return np.load(path)
     e = model.ears.embed(audio)

@@ -24,7 +24,6 @@ Commands log-mel images are left out, as they are no audio.
    ≤ fa_per_hour false accepts per hour under the file's rule), the file exported by
    export/embedding_head.py.
 """
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.embedding import CACHE_VERSION, EMBED_DIM, HOP, SAMPLE_RATE, SpeechEmbedding, cache_folder
+from app.embedding import EMBED_DIM, HOP, SAMPLE_RATE, SpeechEmbedding, cache_folder, cache_key
 from app.wakehead import HEAD_HOPS
 from evaluation import streams
 from training import enroll_examples as ex
@@ -158,15 +157,10 @@ def speech_piece(utterance: np.ndarray, noise: np.ndarray, rng) -> np.ndarray:
 
 
 # -- the embedding, computed once -----------------------------------------------------------------
-def piece_key(utterance: np.ndarray) -> str:
-    """What names an utterance's cached embedding, and seeds its piece: its audio's hash."""
-    return hashlib.sha1(CACHE_VERSION.encode() + np.asarray(utterance, np.float32).tobytes()).hexdigest()
-
-
 def heard_piece(utterance: np.ndarray, noise: np.ndarray, key: str | None = None) -> np.ndarray:
-    """The utterance's `speech_piece`, its randomness seeded by its audio (`piece_key`): the same
-    piece every time, what `embedding_cache` embeds."""
-    key = key or piece_key(utterance)
+    """The utterance's `speech_piece`, its randomness seeded by its audio (app/embedding.py:
+    `cache_key`): the same piece every time, what `embedding_cache` embeds."""
+    key = key or cache_key(utterance)
     return speech_piece(utterance, noise, np.random.default_rng(int(key[:12], 16)))
 
 
@@ -178,7 +172,7 @@ def embedding_cache(ears: SpeechEmbedding, pieces, noise: np.ndarray, folder: Pa
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for audio in progress.bar(pieces, desc="speech embeddings", unit="utterance"):
-        key = piece_key(audio)
+        key = cache_key(audio)
         path = folder / f"{key}.npy"
         if path.is_file():
             out.append(np.load(path))
