@@ -80,6 +80,7 @@ class Job:
     stage: str | None = None          # enroll's stage (training/progress.py STAGES)
     percent: int | None = None        # of the stage
     eta_s: float | None = None        # what is left of the stage, as enroll estimates it
+    stages: list[str] = field(default_factory=list)     # the stages it has been through, in order
     result: dict | None = None        # enroll's `done` line: what it measured
     message: str | None = None        # why it failed, or was lost
     undetected: list[int] = field(default_factory=list)   # takes (1-based) its model does not detect
@@ -293,6 +294,8 @@ class EnrollJobs:
         if event is None:
             return None
         kind = event.get("event")
+        if kind in ("stage", "progress") and event.get("stage") and event.get("stage") not in job.stages:
+            job.stages.append(event["stage"])
         if kind == "stage":
             job.stage, job.percent, job.eta_s = event.get("stage"), None if event.get("total") is None else 0, None
         elif kind == "progress":

@@ -22,6 +22,7 @@ from app.takes import (CLIPPED_SHARE, FRAME_S, MAX_TAKE_S, SAMPLE_RATE, SILENT_D
 from conftest import CLIPS, REPO, data_root, require
 from corpus.clips import read_audio
 from corpus.phrases import MAX_PHRASE_CHARS
+from training.progress import STAGES
 
 WAKE_TAKES = sorted((CLIPS.parent / "wakeword" / "alexa").glob("*.flac"))   # real `alexa` recordings
 OTHER_TAKE = CLIPS / "yes" / "03401e93_nohash_0.wav"                        # a real clip of another word
@@ -195,6 +196,7 @@ def test_jobs_run_one_at_a_time_in_order_and_report_their_progress(jobs):
     assert wait_for(jobs, first.id, "cancelled")["message"] == "cancelled"
     done = jobs.wait(second.id, JOB_TIMEOUT_S)
     assert done["state"] == "done" and done["stage"] == "threshold" and done["percent"] is None, done
+    assert done["stages"] == ["training", "threshold"] and jobs.view(first.id)["stages"] == ["training"]
     assert done["result"]["threshold"] == 0.82 and done["result"]["validation_stream_false_accepts"] == 2
     assert jobs.model_path(second.id).read_bytes() == WAKE_MODEL.read_bytes()
     assert not (jobs.folder(second.id) / "work").exists() and not (jobs.folder(first.id) / "work").exists()
@@ -338,16 +340,13 @@ def test_a_real_tiny_enroll_job_makes_a_model_that_names_the_take_of_another_wor
     data = require_enroll()
     takes = [take(p) for p in WAKE_TAKES[:3]] + [check_take(*read_audio(OTHER_TAKE), "alexa")]
     jobs = EnrollJobs(tmp_path / "jobs", extra=["--data", str(data), *TINY_BUDGET])
-    seen, deadline = set(), time.monotonic() + TINY_TIMEOUT_S
     try:
         job = jobs.submit("alexa", takes)
-        while jobs.view(job.id)["state"] not in FINISHED:
-            assert time.monotonic() < deadline, f"the job is still {jobs.view(job.id)} after {TINY_TIMEOUT_S} s"
-            seen.add(jobs.view(job.id)["stage"])
-            time.sleep(0.2)
-        view = jobs.view(job.id)
+        view = jobs.wait(job.id, TINY_TIMEOUT_S)
         assert view["state"] == "done", (view, (jobs.folder(job.id) / "enroll.log").read_text()[-3000:])
-        assert {"synthesising", "training", "threshold"} <= seen, seen
+        assert {"synthesising", "training", "threshold"} <= set(view["stages"]), view["stages"]
+        known = [s for s in view["stages"] if s in STAGES]
+        assert known == sorted(known, key=STAGES.index), view["stages"]         # in enroll's order
         assert 0.5 <= view["result"]["threshold"] <= 1 and view["result"]["validation_stream_hours"] > 0
         assert view["result"]["config"]["recordings"] and len(view["result"]["config"]["recordings"]) == 4
         assert set(view["undetected"]) <= {1, 2, 3, 4}
