@@ -41,7 +41,7 @@ from export.cascade import attach_head
 from export.onnx import export_onnx, write_metadata
 from export.wake_threshold import choose_on_stream
 from training import progress, tts
-from training.embedding_head import HeadConfig, fit_items
+from training.embedding_head import Beside, HeadConfig
 from training.enroll import EnrollConfig, gather
 from training.enroll_fit import DEFAULT_CHECKPOINT, fit
 from training.kokoro import KokoroError
@@ -94,13 +94,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollConfig,
            say=tts.synthesize, verifier: bool = False) -> dict:
     """The whole recipe; returns what it measured (also in the file's metadata). `verifier`:
-    a head on the speech embedding trains on the same items first (docs/ears.md), and the file
+    a head on the speech embedding trains on the same items beside it (docs/ears.md), and the file
     names it as its verifier."""
     started = time.perf_counter()
-    items, head = None, None
+    items, beside = None, None
     if verifier:
         items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
-        head = fit_items(phrase, items, HeadConfig(seed=cfg.seed))
+        beside = Beside(phrase, items, HeadConfig(seed=cfg.seed))     # the head trains while the file does
     trained = fit(phrase, checkpoint, data, cfg, say, items=items)
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
@@ -110,9 +110,9 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
-    if head is not None:
+    if beside is not None:
         with progress.stage("verifier"):
-            meta["enroll"]["verifier"] = attach_head(*head, output, data, cfg.seed, cfg.fa_per_hour,
+            meta["enroll"]["verifier"] = attach_head(*beside.result(), output, data, cfg.seed, cfg.fa_per_hour,
                                                      cfg.validation_hours)
         write_metadata(output, output, {"enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}

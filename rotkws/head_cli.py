@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=recipe.HeadConfig.steps)
     p.add_argument("--copies", type=int, default=recipe.HeadConfig.copies)
+    p.add_argument("--heads", type=int, default=recipe.HeadConfig.heads,
+                   help="heads trained on the same examples, their logits averaged in the one file")
     p.add_argument("--fa-per-hour", type=float, default=VALIDATION_FA_PER_HOUR)
     p.add_argument("--progress", choices=progress.MODES, default="bar")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -51,7 +53,8 @@ def main(argv=None) -> int:
     data = Path(args.data).resolve() if args.data else default_data_root()
     cfg = EnrollConfig(seed=args.seed, fa_per_hour=args.fa_per_hour, images=0)
     report = enroll_head(phrase, Path(args.output), data, cfg,
-                         recipe.HeadConfig(seed=args.seed, steps=args.steps, copies=args.copies))
+                         recipe.HeadConfig(seed=args.seed, steps=args.steps, copies=args.copies,
+                                           heads=args.heads))
     print(json.dumps({k: report[k] for k in ("threshold", "validation_stream_false_accepts", "rows", "phrase_rows",
                                              "final_loss", "seconds_with_export")}))
     return 0

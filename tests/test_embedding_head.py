@@ -71,6 +71,59 @@ def test_the_head_learns_a_separable_task():
     assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
 
 
+def test_heads_are_trained_on_the_same_rows_and_averaged_in_one_file(tmp_path):
+    """HeadConfig.heads: the first head is the one a single-head run trains (same seed, same rows),
+    the others differ, and the file's score is the sigmoid of their mean logit."""
+    rng = np.random.default_rng(1)
+    e = rng.normal(0, 1, (300, EMBED_DIM)).astype(np.float16)
+    labels = np.where(np.arange(300) % 30 >= 22, PHRASE, OTHER).astype(np.int8)
+    labels[:HEAD_HOPS - 1] = IGNORE
+    rows = Rows(torch.from_numpy(e), labels)
+    one, _ = recipe.train_heads(rows, HeadConfig(steps=20, mine_every=5))
+    three, _ = recipe.train_heads(rows, HeadConfig(steps=20, mine_every=5, heads=3))
+    x = torch.randn(4, HEAD_HOPS, EMBED_DIM)
+    with torch.no_grad():
+        logits = torch.stack([h(x) for h in three.heads])
+        torch.testing.assert_close(logits[0], one(x))
+        assert (logits[1] - logits[0]).abs().max() > 1e-3
+        path = export_head(three, tmp_path / "three.onnx", {"labels": ["alexa", "_other_"],
+                                                           "detection": HEAD_RULE | {"threshold": 0.7}})
+        got = HeadModel(path).session.run(None, {"embeddings": x.numpy()})[0]
+        np.testing.assert_allclose(got, torch.sigmoid(logits.mean(0)).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="at least one head"):
+        recipe.train_heads(rows, HeadConfig(steps=2, heads=0))
+
+
+def test_a_head_trained_beside_other_work_is_the_one_trained_alone(monkeypatch):
+    """`Beside` (enroll --verifier): the head trains in a thread while the caller draws from torch's
+    global generator, and comes out as `fit_items` alone makes it; its error reaches the caller."""
+    rng = np.random.default_rng(2)
+    e = rng.normal(0, 1, (200, EMBED_DIM)).astype(np.float16)
+    labels = np.where(np.arange(200) % 25 >= 18, PHRASE, OTHER).astype(np.int8)
+    labels[:HEAD_HOPS - 1] = IGNORE
+    made = Rows(torch.from_numpy(e), labels)
+    monkeypatch.setattr(recipe, "rows", lambda ears, items, cfg, rng: made)
+    cfg = HeadConfig(steps=40, mine_every=10, heads=2)
+    items = recipe.Items([], [], [], [np.zeros(10, np.float32)], np.zeros((0, 98, 40), np.uint8), np.zeros(10))
+    alone, _ = recipe.fit_items("alexa", items, cfg, ears=object())
+    monkeypatch.setattr(recipe, "SpeechEmbedding", object)
+    beside = recipe.Beside("alexa", items, cfg)
+    items.speech.pop()                                   # the wake file's examples consume the speech
+    for _ in range(200):
+        torch.rand(1000)                                 # the caller's training draws meanwhile
+    head, meta = beside.result()
+    x = torch.randn(3, HEAD_HOPS, EMBED_DIM)
+    with torch.no_grad():
+        torch.testing.assert_close(head(x), alone(x))
+    assert meta["training_data"]["enrolled_phrase"] == "alexa"
+
+    def broken(*_):
+        raise ValueError("no phrase rows")
+    monkeypatch.setattr(recipe, "rows", broken)
+    with pytest.raises(ValueError, match="no phrase rows"):
+        recipe.Beside("alexa", items, cfg).result()
+
+
 @pytest.fixture(scope="module")
 def head_file(tmp_path_factory):
     torch.manual_seed(0)

@@ -60,6 +60,23 @@ def test_a_stage_without_a_count_sends_its_line_alone(lines):
     assert len(got) == 1 and got[0]["stage"] == "threshold" and got[0]["total"] is None
 
 
+def test_a_quiet_thread_reports_nothing_beside_one_that_does(lines):
+    import threading
+
+    def beside():
+        with progress.quiet():
+            list(progress.bar(range(50), desc="embedding", unit="example"))
+            with progress.stage("hidden"):
+                progress.emit("stage", stage="hidden too")
+        list(progress.bar(range(2), desc="loud again", unit="clip"))    # quiet ends with its block
+
+    thread = threading.Thread(target=beside)
+    thread.start()
+    thread.join()
+    list(progress.bar(range(2), desc="rendering", unit="clip"))
+    assert [line["stage"] for line in lines() if line["event"] == "stage"] == ["loud again", "rendering"]
+
+
 def test_elapsed_counts_from_configure_and_only_json_mode_writes(lines):
     progress.emit("done", threshold=0.8)
     assert lines()[0]["event"] == "done" and lines()[0]["threshold"] == 0.8 and lines()[0]["elapsed_s"] >= 0

@@ -24,8 +24,9 @@ Commands log-mel images are left out, as they are no audio.
    ≤ fa_per_hour false accepts per hour under the file's rule), the file exported by
    export/embedding_head.py.
 """
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,7 @@ class HeadConfig:
     weight_decay: float = 0.01
     hard_gain: float = 8.0    # a negative's draw weight: 1 + this × the head's score on it
     mine_every: int = 250     # steps between the mining passes
+    heads: int = 1            # heads trained on the same rows (seeds seed, seed + 1, …), their logits averaged
     seed: int = 0
 
 
@@ -75,6 +77,17 @@ class Head(nn.Module):
 
     def forward(self, x):
         return self.net(x).squeeze(-1)          # (B,)
+
+
+class Heads(nn.Module):
+    """Heads of one phrase as one: the mean of their logits (one file, one threshold)."""
+
+    def __init__(self, heads: list[Head]):
+        super().__init__()
+        self.heads = nn.ModuleList(heads)
+
+    def forward(self, x):
+        return torch.stack([h(x) for h in self.heads]).mean(0)
 
 
 # -- examples -------------------------------------------------------------------------------------
@@ -227,11 +240,30 @@ def scores(head: Head, data: Rows, ends: np.ndarray, batch: int = 4096) -> np.nd
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def train(data: Rows, cfg: HeadConfig) -> tuple[Head, list[float]]:
-    """Step 3 of the module docstring."""
-    torch.manual_seed(cfg.seed)
+def new_heads(cfg: HeadConfig) -> list[Head]:
+    """cfg.heads untrained heads, initialised from seeds cfg.seed, cfg.seed + 1, … by torch's global
+    generator: made before another thread draws from it, training them draws from it no more."""
+    if cfg.heads < 1:
+        raise ValueError(f"expected at least one head, got heads={cfg.heads}")
+    made = []
+    for k in range(cfg.heads):
+        torch.manual_seed(cfg.seed + k)
+        made.append(Head(cfg.width, cfg.blocks))
+    return made
+
+
+def train_heads(data: Rows, cfg: HeadConfig, heads: list[Head] | None = None) -> tuple[nn.Module, list[float]]:
+    """cfg.heads heads (`new_heads`, or those given) trained on the rows: one `Head`, or `Heads` of
+    several; the first one's losses."""
+    heads = heads or new_heads(cfg)
+    trained = [train(data, replace(cfg, seed=cfg.seed + k), h) for k, h in enumerate(heads)]
+    return (trained[0][0] if len(trained) == 1 else Heads([h for h, _ in trained]).eval()), trained[0][1]
+
+
+def train(data: Rows, cfg: HeadConfig, head: Head | None = None) -> tuple[Head, list[float]]:
+    """Step 3 of the module docstring (on `head`, or one `new_heads` makes from cfg.seed)."""
+    head = head or new_heads(replace(cfg, heads=1))[0]
     g = torch.Generator().manual_seed(cfg.seed)
-    head = Head(cfg.width, cfg.blocks)
     opt = torch.optim.AdamW(head.parameters(), cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.lr, total_steps=cfg.steps, pct_start=0.1)
     pos = torch.from_numpy(np.flatnonzero(data.labels == PHRASE))
@@ -265,16 +297,44 @@ def fit(phrase: str, data: Path, enroll_cfg: EnrollConfig, cfg: HeadConfig,
 
 
 def fit_items(phrase: str, items: Items, cfg: HeadConfig, ears: SpeechEmbedding | None = None,
-              rng=None) -> tuple[Head, dict]:
+              rng=None, heads: list[Head] | None = None) -> tuple[Head, dict]:
     """The head for `phrase` on items `gather` made (their speech still held), trained."""
     started = time.perf_counter()
     rng = rng or np.random.default_rng(cfg.seed + 1)
     ears = ears or SpeechEmbedding()
     rows_ = rows(ears, items, cfg, rng)
-    head, losses = train(rows_, cfg)
+    head, losses = train_heads(rows_, cfg, heads)
     meta = {"training_data": {"enrolled_phrase": phrase, **items.sources},
             "enroll": {"recipe": "embedding_head", "rows": int((rows_.labels != IGNORE).sum()),
                        "phrase_rows": int((rows_.labels == PHRASE).sum()), "steps": len(losses),
                        "final_loss": float(np.mean(losses[-50:])),
                        "train_seconds": round(time.perf_counter() - started, 1), "config": vars(cfg)}}
     return head, meta
+
+
+class Beside:
+    """`fit_items` in a thread of its own, started at once and reporting nothing, while the caller
+    trains the wake file on the same items (`rotkws enroll --verifier`: the embedding's ONNX calls
+    and the wake file's training share the cores). The heads are made here, in the caller's thread,
+    so the result is the one `fit_items` gives alone; the thread keeps its own list of the speech,
+    which the wake file's examples consume. `result()` waits and returns, or raises what it raised."""
+
+    def __init__(self, phrase: str, items: Items, cfg: HeadConfig):
+        heads, own = new_heads(cfg), replace(items, speech=list(items.speech))
+        self.out, self.error = None, None
+
+        def run():
+            try:
+                with progress.quiet():
+                    self.out = fit_items(phrase, own, cfg, heads=heads)
+            except BaseException as e:            # handed to the caller by result()
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="head", daemon=True)
+        self.thread.start()
+
+    def result(self) -> tuple[nn.Module, dict]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.out

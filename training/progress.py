@@ -15,6 +15,7 @@ it. A stage with no total (choosing the threshold) sends its "stage" line alone.
 """
 import json
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -42,6 +43,7 @@ class Reporter:
 
 
 _reporter = Reporter()
+_local = threading.local()       # .quiet: this thread reports nothing (work beside the reported one)
 
 
 def configure(mode: str = "bar", out=None) -> Reporter:
@@ -52,7 +54,18 @@ def configure(mode: str = "bar", out=None) -> Reporter:
 
 
 def emit(event: str, **fields) -> None:
-    _reporter.emit(event, **fields)
+    if not getattr(_local, "quiet", False):
+        _reporter.emit(event, **fields)
+
+
+@contextmanager
+def quiet():
+    """Nothing reported from this thread while inside (the stages a person follows are another thread's)."""
+    _local.quiet = True
+    try:
+        yield
+    finally:
+        _local.quiet = False
 
 
 class JsonBar:
@@ -93,16 +106,16 @@ class JsonBar:
 
 def bar(iterable=None, *, total: int | None = None, desc: str, unit: str = "it"):
     """A progress bar for one stage of the work: tqdm on stderr, JSON lines, or silent."""
-    if _reporter.mode == "json":
+    silent = _reporter.mode == "none" or getattr(_local, "quiet", False)
+    if _reporter.mode == "json" and not silent:
         return JsonBar(iterable, total, desc, unit)
-    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
-                disable=_reporter.mode == "none")
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=silent)
 
 
 @contextmanager
 def stage(name: str):
     """A stage without a count (a "stage" line, or a line on stderr for a person)."""
-    if _reporter.mode == "bar":
+    if _reporter.mode == "bar" and not getattr(_local, "quiet", False):
         print(f"{name}…", file=sys.stderr)
     emit("stage", stage=name, total=None, unit=None)
     yield
