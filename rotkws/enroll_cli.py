@@ -100,7 +100,8 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     items, beside = None, None
     if verifier:
         items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
-        beside = Beside(phrase, items, HeadConfig(seed=cfg.seed))     # the head trains while the file does
+        head_cfg = HeadConfig(seed=cfg.seed, steps=cfg.max_steps or HeadConfig.steps)
+        beside = Beside(phrase, items, head_cfg)                       # the head trains while the file does
     trained = fit(phrase, checkpoint, data, cfg, say, items=items)
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])

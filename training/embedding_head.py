@@ -19,7 +19,9 @@ Commands log-mel images are left out, as they are no audio.
    while it is said or later, `_other_` everywhere else.
 3. The head (openWakeWord's DNN: flatten, Linear–LayerNorm–ReLU, one more such block, one logit)
    trains with binary cross-entropy, PHRASE_SHARE of each batch the phrase; from half-way on, the
-   negatives are drawn by how close the head comes to firing on them (hard negatives).
+   negatives are drawn by how close the head comes to firing on them (hard negatives). `heads` of
+   them train on the same rows from consecutive seeds; the file's score is the sigmoid of their
+   mean logit (what it bought: BENCHMARKS.md, "The ears or the negatives").
 4. Its threshold is chosen on enroll's validation stream (export/enroll.py: the lowest with
    ≤ fa_per_hour false accepts per hour under the file's rule), the file exported by
    export/embedding_head.py.
@@ -61,7 +63,7 @@ class HeadConfig:
     weight_decay: float = 0.01
     hard_gain: float = 8.0    # a negative's draw weight: 1 + this × the head's score on it
     mine_every: int = 250     # steps between the mining passes
-    heads: int = 1            # heads trained on the same rows (seeds seed, seed + 1, …), their logits averaged
+    heads: int = 3            # trained on the same rows (seeds seed, seed + 1, …), their logits averaged
     seed: int = 0
 
 
