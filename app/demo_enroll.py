@@ -30,7 +30,7 @@ STAGE_NAMES = {"synthesising": "synthesising the phrase", "sentences": "synthesi
                "rendering": "rendering the examples", "speech": "rendering real speech",
                "backbone": "running the frozen backbone", "training": "training",
                "threshold": "choosing the threshold on the validation stream",
-               "verifier": "training its verifier head on the speech embedding"}
+               "verifier": "finishing the verifier head and choosing its thresholds"}
 JOB_KEY = "rotkws-enroll-job"    # the browser's localStorage key for the visitor's job id
 
 INTRO = f"""## Your own wake word

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 MODES = ("bar", "json", "none")
-STAGES = ("synthesising", "sentences", "rendering", "speech", "backbone", "training", "threshold")
+STAGES = ("synthesising", "sentences", "rendering", "speech", "backbone", "training", "threshold", "verifier")
 
 
 class Reporter:
