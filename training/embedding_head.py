@@ -323,9 +323,11 @@ class Beside:
 
     def __init__(self, phrase: str, items: Items, cfg: HeadConfig):
         heads, own = new_heads(cfg), replace(items, speech=list(items.speech))
+        threads = torch.get_num_threads()              # OpenMP's count is each thread's own
         self.out, self.error = None, None
 
         def run():
+            torch.set_num_threads(threads)
             try:
                 with progress.quiet():
                     self.out = fit_items(phrase, own, cfg, heads=heads)
