@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.enroll_jobs import FINISHED, EnrollJobs, JobError, JobsInUse, check_text, undetected_takes
+from app.enroll_jobs import EnrollJobs, JobError, JobsInUse, check_text, undetected_takes
 from app.spotter import WAKE_MODEL, KeywordModel, KeywordSpotter
 from app.takes import (CLIPPED_SHARE, FRAME_S, MAX_TAKE_S, SAMPLE_RATE, SILENT_DBFS, VOICED_DB, TakeError,
                        check_take, frame_dbfs, voiced_limit)
