@@ -4,6 +4,7 @@ errors that name what is missing."""
 import os
 import subprocess
 import sys
+import time
 import zipfile
 
 import numpy as np
@@ -160,8 +161,45 @@ def test_a_second_call_reads_the_clip_from_the_cache(engine, monkeypatch):
     class NoEngine:
         def create(self, *args, **kwargs):
             raise AssertionError("synthesised again")
-    monkeypatch.setattr(engine, "_engine", NoEngine())
+    monkeypatch.setattr(engine, "_engines", {0: NoEngine()})
     np.testing.assert_array_equal(engine.say("snowboy", who), first)
+
+
+@pytest.mark.slow
+def test_two_sessions_say_what_one_says_in_order(engine, tmp_path, monkeypatch):
+    names = tuple(engine.table)
+    jobs = [(t, kokoro.speaker(t, i, names)) for i, t in enumerate(["alexa", "window", "music", "snowboy", "alexa"])]
+    one = [engine.say(t, who) for t, who in jobs]                           # the module's one session
+    monkeypatch.setenv(kokoro.CACHE_ENV, str(tmp_path / "fresh"))           # nothing cached for the two
+    two = kokoro.Kokoro(threads=2)
+    ticks = []
+    said = two.say_all(jobs, lambda n: ticks.append(n))
+    assert len(two._engines) == 2 and sum(ticks) == len(jobs)
+    for a, b in zip(said, one):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert all(two.cached(t, who).is_file() for t, who in jobs)
+    assert not list((tmp_path / "fresh").rglob("*.tmp*"))                  # no half-written clip left
+
+
+def test_say_all_stops_at_the_first_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(kokoro.CACHE_ENV, str(tmp_path))
+    called = []
+
+    class Failing:
+        def create(self, text, *args, **kwargs):
+            called.append(text)
+            if text == "bad":
+                raise ValueError("Nothing to synthesize, 'bad' produced no phonemes")
+            time.sleep(0.05)
+            return np.zeros(2400, np.float32), kokoro.KOKORO_RATE
+
+    engine = kokoro.Kokoro(kokoro.SHIPPED_VOICES, threads=2)
+    engine._engines = {0: Failing(), 1: Failing()}
+    who = kokoro.speaker("x", 0, tuple(engine.table))
+    jobs = [("bad" if i == 1 else f"word {i}", who) for i in range(20)]
+    with pytest.raises(ValueError, match="'bad' produced no phonemes"):
+        engine.say_all(jobs)
+    assert "bad" in called and len(called) < 8                              # the rest never started
 
 
 @pytest.mark.slow

@@ -247,12 +247,9 @@ def say_kokoro(phrase: str, n: int, progress=None, engine=None) -> Synthesis:
     i of KOKORO_FORMS. Clips that come out silent are dropped."""
     from . import kokoro
     engine = engine or kokoro.Kokoro()
-    clips = []
-    for i in range(n):
-        text = KOKORO_FORMS[i % len(KOKORO_FORMS)].format(phrase)
-        clips.append(engine.say(text, kokoro.speaker(text, i // len(KOKORO_FORMS), tuple(engine.table))))
-        progress and progress(1)
-    kept = audible(clips)
+    texts = [KOKORO_FORMS[i % len(KOKORO_FORMS)].format(phrase) for i in range(n)]
+    jobs = [(t, kokoro.speaker(t, i // len(KOKORO_FORMS), tuple(engine.table))) for i, t in enumerate(texts)]
+    kept = audible(engine.say_all(jobs, progress))
     return Synthesis(kept, {"kokoro": len(kept)})
 
 
@@ -262,12 +259,10 @@ def kokoro_random(texts, n: int, rng, progress=None, engine=None) -> Synthesis:
     from . import kokoro
     engine = engine or kokoro.Kokoro()
     texts = [texts] if isinstance(texts, str) else list(texts)
-    clips = []
+    jobs = []
     for _ in range(n):
         text = texts[int(rng.integers(len(texts)))]
-        who = kokoro.speaker(text, int(rng.integers(KOKORO_NEGATIVE_SPEAKERS)), tuple(engine.table))
-        clips.append(engine.say(text, who))
-        progress and progress(1)
-    kept = audible(clips)
+        jobs.append((text, kokoro.speaker(text, int(rng.integers(KOKORO_NEGATIVE_SPEAKERS)), tuple(engine.table))))
+    kept = audible(engine.say_all(jobs, progress))
     return Synthesis(kept, {"kokoro": len(kept)})
 
