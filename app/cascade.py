@@ -62,12 +62,12 @@ def verifier_of(wake: KeywordModel, ears: SpeechEmbedding | None = None) -> Veri
         return None
     if not isinstance(v, dict) or any(k not in v for k in VERIFIER_KEYS):
         raise ModelError(f"{wake.path}: its verifier metadata {v!r} lacks {', '.join(VERIFIER_KEYS)} "
-                         "(expected what `rotkws enroll --verifier` writes)")
+                         "(expected what `rotkws enroll` writes)")
     try:
         head = HeadModel(wake.path.parent / v["head"], ears)
     except HeadError as e:
         raise HeadError(f"{wake.path} names {v['head']!r} as its verifier: {e} (expected the head file "
-                        "`rotkws enroll --verifier` writes beside the wake file)") from None
+                        "`rotkws enroll` writes beside the wake file)") from None
     return Verifier(head, float(v["propose"]), float(v["confirm"]))
 
 
@@ -87,7 +87,7 @@ class CascadeSpotter:
         wake = KeywordModel(path)
         verifier = verifier_of(wake)
         if verifier is None:
-            raise ValueError(f"{path}: no verifier in its metadata (expected a file `rotkws enroll --verifier` wrote)")
+            raise ValueError(f"{path}: no verifier in its metadata (expected a file `rotkws enroll` wrote without --no-verifier)")
         return cls(wake, verifier.head, verifier.propose, verifier.confirm)
 
     def __init__(self, wake: KeywordModel, head: HeadModel, propose: float, confirm: float,

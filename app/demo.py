@@ -310,13 +310,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rotkws demo", description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None,
                    help=f"streaming ONNX model (default: the bundled {DEFAULT_MODEL.name}); a wake file with a "
-                   "verifier (`enroll --verifier`) runs as the cascade, its head beside it confirming")
+                   "verifier (what `enroll` writes) runs as the cascade, its head beside it confirming")
     p.add_argument("--host", default=HOST, help=f"address to bind (default {HOST}; 0.0.0.0 for all)")
     p.add_argument("--port", type=port_number, default=PORT, help=f"port, 1–65535 (default {PORT})")
     two = p.add_argument_group("a wake word, then a command (app/twostage.py)")
     two.add_argument("--wake", type=Path, default=None, metavar="W.onnx", help="a wake-word model (`rotkws "
                      "enroll`): the page listens for it, then for a command in the window it opens (its "
-                     f"metadata's window_s, else {WINDOW_S:g} s); a file with a verifier (`enroll --verifier`) "
+                     f"metadata's window_s, else {WINDOW_S:g} s); a file with a verifier (what `enroll` writes) "
                      "runs as the cascade, its head beside it confirming")
     two.add_argument("--commands", type=Path, default=None, metavar="C.onnx", help="the command model, whose "
                      f"keywords are the commands (default: the bundled {COMMAND_MODEL.name})")
@@ -327,8 +327,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                      f"restarts (default {JOBS_DIR})")
     own.add_argument("--enroll-args", type=shlex.split, default=[], metavar="'ARGS'",
                      help="options every job's `rotkws enroll` gets, e.g. a smaller budget: "
-                          "'--max-steps 200', or '--verifier': each wake word a cascade, its head "
-                          "confirming (default: none, enroll's own)")
+                          "'--max-steps 200', or '--no-verifier': each wake word the wake file alone, "
+                          "without the cascade's heads (default: none, enroll's own)")
     own.add_argument("--no-enroll", action="store_true", help="no enroll tab")
     args = p.parse_args(argv)
     if args.wake is None and (args.commands is not None or args.wake_keywords is not None):

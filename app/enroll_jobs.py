@@ -9,7 +9,7 @@ How it works:
 
 1. A job is a folder under `root`: `job.json` (its state, rewritten at every change), `takes/`
    (the takes as 16-bit WAV), `work/` (enroll's output and TMPDIR while it runs) and, when it is
-   done, `model.onnx` (with `--enroll-args --verifier`, its head `model.head.onnx` beside it) and
+   done, `model.onnx` (with its verifier `model.head.onnx` beside it, unless `--no-verifier`) and
    `enroll.log` (enroll's stderr).
 2. One worker thread runs the oldest queued job as its own process (`python -m rotkws.enroll_cli PHRASE
    -o work/model.onnx --progress json --recordings takes/… EXTRA`), in its own process group so

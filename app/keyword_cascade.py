@@ -28,8 +28,8 @@ class CascadeModel(KeywordModel):
         super().__init__(path)
         verifier = verifier_of(self, ears)
         if verifier is None:
-            raise ModelError(f"{self.path}: no verifier in its metadata (expected a file `rotkws enroll "
-                             "--verifier` wrote)")
+            raise ModelError(f"{self.path}: no verifier in its metadata (expected a file `rotkws enroll` "
+                             "wrote without --no-verifier)")
         self.verifier: Verifier = verifier
         self.meta = self.meta | {"detection": self.meta["detection"] | {"threshold": verifier.propose}}
 

@@ -20,7 +20,7 @@ import torch
 from app.cascade import cascade_detections
 from app.embedding import HOP, SAMPLE_RATE
 from app.spotter import KeywordModel
-from app.sweep import THRESHOLDS, model_rule, score_track, sweep_detections
+from app.sweep import THRESHOLDS, model_rule, sweep_detections
 from app.wake_rule import VALIDATION_FA_PER_HOUR
 from app.wakehead import HEAD_THRESHOLDS, HeadModel
 from corpus.folders import default_data_root
@@ -29,53 +29,57 @@ from evaluation.speech import noise_bed
 
 from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head, write_threshold
 from .onnx import read_metadata, write_metadata
-from .wake_threshold import stream_threshold, validation_stream
+from .wake_threshold import Validation
 
 PROPOSALS_PER_HOUR = 60.0     # the head stage's budget on validation speech: ~40 ms of CPU each
 HEAD_SUFFIX = ".head.onnx"
 
 
-def choose(wake: KeywordModel, head: HeadModel, data: Path, seed: int, fa_per_hour: float, hours: float = 0.0) -> dict:
-    audio, hours = validation_stream(data, noise_bed(data), hours, np.random.default_rng(seed), wake.keywords[0])
-    times, scores = score_track(wake, audio)
-    sweep = sweep_detections(times, scores, wake.labels, wake.keywords, THRESHOLDS, **model_rule(wake))
-    counts = {th: len(d) for th, d in sweep.items()}
+def choose(wake: KeywordModel, head: HeadModel, validation: Validation, fa_per_hour: float) -> dict:
+    hours = validation.hours
+    times, scores = validation.track(wake)
+    counts = validation.false_accepts(times, scores, wake.labels, wake.keywords, THRESHOLDS, model_rule(wake))
     propose = min((th for th in sorted(counts) if all(counts[t] <= PROPOSALS_PER_HOUR * hours
                                                         for t in counts if t >= th)), default=max(counts))
-    proposals = np.array([d.time_s for d in sweep[propose]])
-    e = cached_embeddings(head, audio)
-    head_scores = head.scores(e)
+    proposals = np.array([d.time_s for d in sweep_detections(times, scores, wake.labels, wake.keywords, [propose],
+                                                             **model_rule(wake))[propose]])
+    head_scores = head.scores(validation.embeddings(lambda audio: cached_embeddings(head, audio)))
     head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
     fas = {float(c): len(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
-    confirm = stream_threshold(fas, hours, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
-    return {"propose": float(propose), "confirm": confirm, "validation_stream_hours": round(hours, 3),
+    chosen = validation.threshold(fas, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
+    return {"propose": float(propose), "confirm": chosen["threshold"], "validation_stream_hours": round(hours, 3),
             "proposals_per_hour": round(len(proposals) / hours, 1),
-            "validation_stream_false_accepts": fas[min(fas, key=lambda c: abs(c - confirm))]}
+            "validation_stream_false_accepts": chosen["validation_stream_false_accepts"]}
 
 
-def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour: float, hours: float = 0.0) -> dict:
+def attach(wake_path: Path, head_path: Path, out: Path, data: Path, fa_per_hour: float, hours: float = 0.0,
+           validation: Validation | None = None) -> dict:
+    """Both thresholds chosen (on `validation`, or the stream `enroll` chose the wake file's on: its
+    seed, `hours`), the head copied beside `out`, `out` written naming it."""
     wake, head = KeywordModel(wake_path), HeadModel(head_path)
     if head.phrase != wake.keywords[0]:
         raise ValueError(f"{head_path} listens for {head.phrase!r}, {wake_path} for {wake.keywords[0]!r}")
-    seed = json.loads(read_metadata(wake_path).get("enroll", "{}")).get("config", {}).get("seed", 0)
-    chosen = choose(wake, head, data, seed, fa_per_hour, hours)
+    if validation is None:
+        seed = json.loads(read_metadata(wake_path).get("enroll", "{}")).get("config", {}).get("seed", 0)
+        validation = Validation.of(data, noise_bed(data), hours, np.random.default_rng(seed), wake.keywords[0])
+    chosen = choose(wake, head, validation, fa_per_hour)
     verifier = out.with_name(out.stem + HEAD_SUFFIX)
     if head_path.resolve() != verifier.resolve():
         shutil.copyfile(head_path, verifier)
-    write_metadata(wake_path, out, {"verifier": {"head": verifier.name, **chosen}})
+    chosen = {"head": verifier.name, **chosen}
+    write_metadata(wake_path, out, {"verifier": chosen})
     return chosen
 
 
-def attach_head(head: torch.nn.Module, head_meta: dict, wake_path: Path, data: Path, seed: int,
-                fa_per_hour: float, hours: float = 0.0) -> dict:
-    """`rotkws enroll --verifier`: the trained head written beside the wake file as its verifier,
-    its own threshold chosen as a head file's is, then both of the cascade's."""
+def attach_head(head: torch.nn.Module, head_meta: dict, wake_path: Path, data: Path, validation: Validation,
+                fa_per_hour: float) -> dict:
+    """`rotkws enroll`'s verifier: the trained head written beside the wake file, its own threshold
+    chosen as a head file's is, then both of the cascade's, all on the wake file's `validation`."""
     phrase = KeywordModel(wake_path).keywords[0]
     verifier = wake_path.with_name(wake_path.stem + HEAD_SUFFIX)
     export_head(head, verifier, head_meta | {"labels": [phrase, OTHER], "detection": HEAD_RULE | {"threshold": 0.5}})
-    own = choose_threshold(verifier, data, noise_bed(data), hours, fa_per_hour, np.random.default_rng(seed))
-    write_threshold(verifier, own)
-    return attach(wake_path, verifier, wake_path, data, fa_per_hour, hours)
+    write_threshold(verifier, choose_threshold(verifier, validation, fa_per_hour))
+    return attach(wake_path, verifier, wake_path, data, fa_per_hour, validation=validation)
 
 
 def main(argv=None) -> int:

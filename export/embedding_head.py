@@ -14,10 +14,9 @@ import torch
 
 from app.detection import REFRACTORY_S
 from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, cache_folder, cache_key
-from app.sweep import sweep_detections
 from app.wakehead import HEAD_HOPS, HEAD_TASK, HEAD_THRESHOLDS, HeadModel
 
-from .wake_threshold import stream_threshold, validation_stream
+from .wake_threshold import Validation
 from .onnx import set_metadata
 
 HEAD_RULE = {"smoothing": 1, "min_hops": 1, "refractory_s": REFRACTORY_S}   # the peers' rule
@@ -56,20 +55,15 @@ def cached_embeddings(model: HeadModel, audio: np.ndarray) -> np.ndarray:
     return e
 
 
-def choose_threshold(path: Path, data: Path, noise: np.ndarray, hours: float, fa_per_hour: float, rng) -> dict:
-    """The head file's threshold for `fa_per_hour` on `hours` of validation stream (0: every
-    validation utterance once), and what that stream measured."""
+def choose_threshold(path: Path, validation: Validation, fa_per_hour: float) -> dict:
+    """The head file's threshold for `fa_per_hour` on the validation stream of its phrase, and what
+    that stream measured."""
     model = HeadModel(path)
-    audio, hours = validation_stream(data, noise, hours, rng, model.phrase)   # as export/cascade.py's
-    e = cached_embeddings(model, audio)
-    scores = model.scores(e)
+    scores = model.scores(validation.embeddings(lambda audio: cached_embeddings(model, audio)))
     times = np.arange(1, len(scores) + 1) * HOP / SAMPLE_RATE
-    sweep = sweep_detections(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
-                             HEAD_THRESHOLDS, **{k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})
-    counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
-    return {"threshold": th, "fa_per_hour": fa_per_hour, "validation_stream_hours": round(hours, 3),
-            "validation_stream_false_accepts": counts[min(counts, key=lambda t: abs(t - th))]}
+    counts = validation.false_accepts(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
+                                      HEAD_THRESHOLDS, {k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})
+    return validation.threshold(counts, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
 
 
 def write_threshold(path: Path, chosen: dict, record: dict | None = None) -> None:

@@ -32,6 +32,47 @@ def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: 
     return audio, len(audio) / SAMPLE_RATE / 3600
 
 
+class Validation:
+    """One validation stream of a phrase (`validation_stream`) and what is computed from it once:
+    each model's score track through the runtime (by file: its network must not change while the
+    stream is held) and the speech embedding's hops, shared by the thresholds `rotkws enroll`
+    chooses (the wake file's, its verifier head's, the cascade's)."""
+
+    def __init__(self, audio: np.ndarray, hours: float):
+        self.audio, self.hours = audio, hours
+        self._tracks, self._embeddings = {}, None
+
+    @classmethod
+    def of(cls, data: Path, noise: np.ndarray, hours: float, rng, phrase: str | None = None) -> "Validation":
+        return cls(*validation_stream(data, noise, hours, rng, phrase))
+
+    def track(self, model: KeywordModel) -> tuple[np.ndarray, np.ndarray]:
+        """(times, scores) of `model` over the stream (app/sweep.py: score_track), once per file."""
+        key = str(Path(model.path).resolve())
+        if key not in self._tracks:
+            self._tracks[key] = score_track(model, self.audio)
+        return self._tracks[key]
+
+    def embeddings(self, embed) -> np.ndarray:
+        """The stream's speech embeddings, `embed(audio)` on first use (export/embedding_head.py:
+        cached_embeddings, which keeps them on disk too)."""
+        if self._embeddings is None:
+            self._embeddings = embed(self.audio)
+        return self._embeddings
+
+    def false_accepts(self, times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds,
+                      rule: dict) -> dict[float, int]:
+        """{threshold: detections} over the stream, each threshold of the sweep under `rule`
+        (smoothing, min_hops, refractory_s): all false accepts, as nothing in it is the phrase."""
+        return {th: len(d) for th, d in sweep_detections(times, scores, labels, keywords, thresholds, **rule).items()}
+
+    def threshold(self, counts: dict[float, int], fa_per_hour: float, top: float = MAX_THRESHOLD) -> dict:
+        """`stream_threshold` over this stream's hours, and what the stream measured there."""
+        th = stream_threshold(counts, self.hours, fa_per_hour, top)
+        return {"threshold": th, "fa_per_hour": fa_per_hour, "validation_stream_hours": round(self.hours, 3),
+                "validation_stream_false_accepts": counts[min(counts, key=lambda t: abs(t - th))]}
+
+
 def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float = VALIDATION_FA_PER_HOUR,
                      top: float = MAX_THRESHOLD) -> float:
     """The lowest threshold of the sweep ({threshold: false accepts in `hours`}) at which it and
@@ -41,20 +82,14 @@ def stream_threshold(counts: dict[float, int], hours: float, fa_per_hour: float 
     return float(np.clip(ok[0] if ok else top, MIN_THRESHOLD, top))
 
 
-def choose_on_stream(model_path: Path, data: Path, noise: np.ndarray, hours: float, fa_per_hour: float,
-                     rng) -> dict:
-    """The threshold the runtime fires at no more than `fa_per_hour` on `hours` of the validation
-    stream of its phrase (`validation_stream`, `stream_threshold`), and what that stream measured."""
+def choose_on_stream(model_path: Path, validation: Validation, fa_per_hour: float) -> dict:
+    """The threshold the runtime fires at no more than `fa_per_hour` on the validation stream of
+    its phrase (`Validation`, `stream_threshold`), and what that stream measured."""
     model = KeywordModel(model_path)
-    audio, hours = validation_stream(data, noise, hours, rng, model.keywords[0])
-    times, scores = score_track(model, audio)
-    sweep = sweep_detections(times, scores, model.labels, model.keywords, THRESHOLDS, **model_rule(model))
-    counts = {th: len(d) for th, d in sweep.items()}
-    th = stream_threshold(counts, hours, fa_per_hour)
-    near = min(counts, key=lambda t: abs(t - th))
-    return {"threshold": th, "fa_per_hour": fa_per_hour, "validation_stream_hours": round(hours, 3),
-            "validation_stream_false_accepts": counts[near],
-            "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / hours, 2)}
+    counts = validation.false_accepts(*validation.track(model), model.labels, model.keywords, THRESHOLDS,
+                                      model_rule(model))
+    return validation.threshold(counts, fa_per_hour) | {
+        "validation_stream_fa_per_hour_at_0.5": round(counts[min(counts, key=lambda t: abs(t - 0.5))] / validation.hours, 2)}
 
 
 def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDATION_FA_PER_HOUR) -> dict:
@@ -67,8 +102,9 @@ def retune(model_path: Path, out: Path, data: Path, fa_per_hour: float = VALIDAT
     before = json.loads(meta["enroll"])
     made = before.get("config", {})
     seed = int(made.get("seed", 0))
-    chosen = choose_on_stream(model_path, data, real_speech.noise_bed(data), float(made.get("validation_hours", 0.0)),
-                              fa_per_hour, np.random.default_rng(seed))
+    stream = Validation.of(data, real_speech.noise_bed(data), float(made.get("validation_hours", 0.0)),
+                           np.random.default_rng(seed), KeywordModel(model_path).keywords[0])
+    chosen = choose_on_stream(model_path, stream, fa_per_hour)
     detection = json.loads(meta["detection"])
     record = {k: v for k, v in before.items() if k not in HELD_OUT_RATES} | chosen
     record["retuned_from"] = detection.get("threshold")

@@ -24,6 +24,12 @@ of it beside the text, `--recordings`). The recipe:
    file stores with it (app/wake_rule.py, WAKE_RULE: 800 ms of smoothing, two hops in a row),
    which training's mining applies as well. `rotkws calibrate FILE.onnx --fa-per-hour F` chooses
    it again for an enrolled file, on the same stream, without training (`retune`).
+6. Beside the wake file, from the same items, three heads on Google's frozen speech embedding train
+   in a thread of their own (training/embedding_head.py: `Beside`); the wake file's training takes
+   their core once they are done. They are written beside it as OUT.head.onnx, its verifier
+   (export/cascade.py): the wake file proposes, the heads confirm what it proposed, both thresholds
+   chosen on the same validation stream and score track as the wake file's (`--no-verifier`: the
+   wake file alone).
 """
 import argparse
 import sys
@@ -39,7 +45,7 @@ from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from export.cascade import attach_head
 from export.onnx import export_onnx, write_metadata
-from export.wake_threshold import choose_on_stream
+from export.wake_threshold import Validation, choose_on_stream
 from training import progress, tts
 from training.embedding_head import Beside, HeadConfig
 from training.enroll import EnrollConfig, gather
@@ -76,9 +82,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="your own folders of speech, negatives beside the shipped ones: LibriSpeech's layout "
                         "(its .trans.txt transcripts) or audio files (a .txt transcript beside each, where there "
                         "is one); an utterance that says the phrase is left out")
-    p.add_argument("--verifier", action="store_true",
-                   help="also train a head on Google's frozen speech embedding (docs/ears.md) and write it beside "
-                        "the file as its verifier: the wake file proposes, the head confirms (app/cascade.py)")
+    p.add_argument("--verifier", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train heads on Google's frozen speech embedding (docs/ears.md) and write them beside "
+                        "the file as its verifier, OUT.head.onnx: the wake file proposes, the heads confirm "
+                        "(app/cascade.py; the default); --no-verifier: the wake file alone")
     p.add_argument("--fa-per-hour", type=float, default=d.fa_per_hour,
                    help="false accepts per hour the stored threshold allows on the validation stream "
                         "(default: %(default)s)")
@@ -92,31 +99,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollConfig,
-           say=tts.synthesize, verifier: bool = False) -> dict:
+           say=tts.synthesize, verifier: bool = True) -> dict:
     """The whole recipe; returns what it measured (also in the file's metadata). `verifier`:
-    a head on the speech embedding trains on the same items beside it (docs/ears.md), and the file
-    names it as its verifier."""
+    heads on the speech embedding train on the same items beside it (docs/ears.md), and the file
+    names them as its verifier; the three thresholds are chosen on one validation stream."""
     started = time.perf_counter()
     items, beside = None, None
     if verifier:
         items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
         head_cfg = HeadConfig(seed=cfg.seed, steps=cfg.max_steps or HeadConfig.steps)
         beside = Beside(phrase, items, head_cfg)                       # the head trains while the file does
-    trained = fit(phrase, checkpoint, data, cfg, say, items=items)
+    trained = fit(phrase, checkpoint, data, cfg, say, items=items, threads=beside and beside.threads)
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
     with progress.stage("threshold"):
-        chosen = choose_on_stream(output, data, trained.noise, cfg.validation_hours, cfg.fa_per_hour,
-                                  np.random.default_rng(cfg.seed))
+        validation = Validation.of(data, trained.noise, cfg.validation_hours, np.random.default_rng(cfg.seed), phrase)
+        chosen = choose_on_stream(output, validation, cfg.fa_per_hour)
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
     if beside is not None:
         with progress.stage("verifier"):
-            meta["enroll"]["verifier"] = attach_head(*beside.result(), output, data, cfg.seed, cfg.fa_per_hour,
-                                                     cfg.validation_hours)
+            meta["enroll"]["verifier"] = attach_head(*beside.result(), output, data, validation, cfg.fa_per_hour)
         write_metadata(output, output, {"enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
+
+
+def verifier_line(report: dict) -> str:
+    v = report.get("verifier")
+    return (f"; its verifier {v['head']} beside it confirms what it proposes at {v['propose']:g} from "
+            f"{v['confirm']:g} ({v['validation_stream_false_accepts']} false accepts there)") if v else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['validation_speech_firing']:.2%}, real words "
           f"{report['validation_real_negatives_firing']:.2%}, synthetic words "
           f"{report['validation_synthetic_negatives_firing']:.2%}; "
-          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s",
+          f"{report['steps']} steps in {report['seconds_with_export']:.0f} s" + verifier_line(report),
           file=sys.stderr if args.progress == "json" else sys.stdout)
     return 0
 

@@ -1,7 +1,7 @@
 """`python -m rotkws.head_cli TEXT -o HEAD.onnx [--seed N]`: a wake word on the frozen speech
 embedding alone (the recipe: training/embedding_head.py; docs/ears.md), exported as a head file
 (app/wakehead.py), its threshold chosen on the validation stream (export/embedding_head.py). The
-bench's head rows were made by it; `rotkws enroll --verifier` trains the same head beside a wake
+bench's head rows were made by it; `rotkws enroll` trains the same heads beside a wake
 file.
 """
 import argparse
@@ -17,6 +17,7 @@ from app.wake_rule import VALIDATION_FA_PER_HOUR
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from export.embedding_head import HEAD_RULE, choose_threshold, export_head, write_threshold
+from export.wake_threshold import Validation
 from training import embedding_head as recipe
 from training import progress, tts
 from training.enroll import EnrollConfig
@@ -27,8 +28,8 @@ def enroll_head(phrase: str, output: Path, data: Path, cfg: EnrollConfig, head_c
     head, meta, items = recipe.fit(phrase, data, cfg, head_cfg)
     export_head(head, output, meta | {"labels": [phrase, OTHER], "detection": HEAD_RULE | {"threshold": 0.5}})
     with progress.stage("threshold"):
-        chosen = choose_threshold(output, data, items.noise, cfg.validation_hours, cfg.fa_per_hour,
-                                  np.random.default_rng(cfg.seed))
+        stream = Validation.of(data, items.noise, cfg.validation_hours, np.random.default_rng(cfg.seed), phrase)
+        chosen = choose_threshold(output, stream, cfg.fa_per_hour)
     meta["enroll"] |= chosen | {"seconds_with_export": round(time.perf_counter() - started, 1)}
     write_threshold(output, chosen, meta["enroll"])
     return meta["enroll"]

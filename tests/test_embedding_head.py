@@ -112,6 +112,7 @@ def test_a_head_trained_beside_other_work_is_the_one_trained_alone(monkeypatch):
     for _ in range(200):
         torch.rand(1000)                                 # the caller's training draws meanwhile
     head, meta = beside.result()
+    assert beside.threads() == 2 * torch.get_num_threads()   # done: the caller may take its core
     x = torch.randn(3, HEAD_HOPS, EMBED_DIM)
     with torch.no_grad():
         torch.testing.assert_close(head(x), alone(x))

@@ -202,7 +202,7 @@ def tiny_model(tmp_path_factory) -> KeywordModel:
     argv = [TINY_PHRASE, "-o", str(out), "--data", str(data), "--positives", "24", "--tts-negatives", "16",
             "--images", "0", "--wav-negatives", "8", "--noise-negatives", "4", "--speech-negatives", "12",
             "--tts-sentences", "3", "--kokoro-positives", "6", "--kokoro-negatives", "4",
-            "--kokoro-sentences", "1", "--max-steps", "3", "--validation-hours", "0.05"]
+            "--kokoro-sentences", "1", "--max-steps", "3", "--validation-hours", "0.05", "--no-verifier"]
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("kokoro_cache"))
     try:
         assert command.main(argv) == 0
@@ -298,6 +298,29 @@ def test_mined_draws_favour_the_speech_the_model_nearly_fires_on(monkeypatch):
     counts = np.bincount(torch.cat([fit.draws(net, torch.zeros(4, 3, 2), hard, 1, g) for _ in range(2000)]), minlength=4)
     weights = np.array([1, 1 + fit.HARD_GAIN, 1, 1])
     assert np.allclose(counts / counts.sum(), weights / weights.sum(), atol=0.02)
+
+
+def test_training_given_threads_changes_its_speed_not_its_losses():
+    """enroll's wake file takes the core of the heads beside it once they are done (`threads`):
+    the losses are those of one thread to float rounding, and torch's count is restored after."""
+    import torch
+    from model.network import RotRNNClassifier, RotRNNConfig
+    net = RotRNNClassifier(RotRNNConfig(labels=("alexa", OTHER), d_model=16, state=8, heads=2, layers=1,
+                                        frontend="logmel"))
+    h = torch.randn(24, 40, 16).half()
+    y = torch.zeros(24, 40, dtype=torch.long)
+    y[::3, 30:] = examples.PHRASE_CLASS
+    cfg = enroll.EnrollConfig(epochs=2, batch_size=8)
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    asked = []
+    torch.set_num_threads(1)
+    torch.manual_seed(0)                                                   # dropout's draws
+    one = fit.train(net, h, y, cfg)
+    net.load_state_dict(start)
+    torch.manual_seed(0)
+    two = fit.train(net, h, y, cfg, threads=lambda: asked.append(1) or (1 if len(asked) < 3 else 2))
+    assert len(asked) > 3 and torch.get_num_threads() == 1
+    np.testing.assert_allclose(two, one, rtol=1e-4)
 
 
 def test_the_codec_keeps_a_clip_its_length_and_its_sound():

@@ -1,4 +1,4 @@
-"""`rotkws enroll --verifier --speech DIR`: the wake file, its head beside it and named in its
+"""`rotkws enroll --speech DIR`: the wake file, its verifier head beside it and named in its
 metadata with both thresholds, the user's speech among the negatives; a bad folder refused first."""
 import json
 import os
@@ -11,7 +11,11 @@ from app.spotter import KeywordModel
 from app.wakehead import HeadModel
 from conftest import data_root, require
 from rotkws import enroll_cli as command
+from evaluation.speech import noise_bed
+from export import cascade as cascade_export
+from export.embedding_head import choose_threshold
 from export.onnx import read_metadata
+from export.wake_threshold import Validation
 from test_enroll import require_espeak
 from training import enroll_fit as fit
 from training.kokoro import CACHE_ENV
@@ -40,7 +44,7 @@ def test_a_tiny_enroll_with_a_verifier_and_the_users_speech(tmp_path):
     out = tmp_path / "computer.onnx"
     os.environ[CACHE_ENV] = str(tmp_path / "cache")
     try:
-        assert command.main([PHRASE, "-o", str(out), "--data", str(data), *TINY, "--verifier",
+        assert command.main([PHRASE, "-o", str(out), "--data", str(data), *TINY,
                              "--speech", str(user_speech(tmp_path)), "--progress", "none"]) == 0
     finally:
         os.environ.pop(CACHE_ENV, None)
@@ -56,6 +60,18 @@ def test_a_tiny_enroll_with_a_verifier_and_the_users_speech(tmp_path):
     cascade = CascadeSpotter(wake, head, verifier["propose"], verifier["confirm"])
     assert cascade.process(np.zeros(16_000, np.float32)).detections == []
     assert len(list((tmp_path / "cache" / "embeddings").glob("*.npy"))) > 2   # speech embedded once, kept
+
+    # One validation stream and score track served the three thresholds: chosen from scratch, each
+    # on a stream of its own, they come out the same.
+    os.environ[CACHE_ENV] = str(tmp_path / "cache")
+    try:
+        again = cascade_export.attach(out, out.with_name(verifier["head"]), tmp_path / "again.onnx", data,
+                                      json.loads(meta["enroll"])["fa_per_hour"], hours=0.05)
+        stream = Validation.of(data, noise_bed(data), 0.05, np.random.default_rng(0), PHRASE)
+        own = choose_threshold(out.with_name(verifier["head"]), stream, json.loads(meta["enroll"])["fa_per_hour"])
+    finally:
+        os.environ.pop(CACHE_ENV, None)
+    assert again == verifier | {"head": "again.head.onnx"} and own["threshold"] == head.detection["threshold"]
 
 
 def test_a_bad_speech_folder_is_refused_before_any_synthesis(tmp_path, capsys, monkeypatch):

@@ -114,15 +114,16 @@ def test_a_real_tiny_enroll_reports_each_stage_and_percent_then_what_it_measured
     events = [json.loads(line) for line in done.stdout.splitlines()]       # stdout: JSON lines only
     stages = [e["stage"] for e in events if e["event"] == "stage"]
     assert stages == [s for s in progress.STAGES if s in stages], f"out of enroll's order: {stages}"
-    assert {"synthesising", "training", "threshold"} <= set(stages), stages
+    assert {"synthesising", "training", "threshold", "verifier"} <= set(stages), stages
     for stage in stages:
         percents = [e["percent"] for e in events if e["event"] == "progress" and e["stage"] == stage]
         assert percents == sorted(set(percents)), f"{stage}: a percent sent twice or out of order: {percents}"
-        if stage != "threshold":
+        if stage not in ("threshold", "verifier"):
             assert percents and percents[-1] == 100, f"{stage} never reached 100 %: {percents}"
     assert [e["elapsed_s"] for e in events] == sorted(e["elapsed_s"] for e in events)
     last = events[-1]
     assert last["event"] == "done" and last["phrase"] == "alexa" and last["output"] == str(out)
     assert 0.5 <= last["threshold"] <= 1 and last["steps"] == 2
     assert last["validation_stream_hours"] > 0 and last["validation_stream_false_accepts"] >= 0
-    assert out.is_file()
+    assert out.is_file() and last["verifier"]["head"] == "alexa.head.onnx"         # enroll's default: a cascade
+    assert (tmp_path / "alexa.head.onnx").is_file()

@@ -316,15 +316,17 @@ def fit_items(phrase: str, items: Items, cfg: HeadConfig, ears: SpeechEmbedding 
 
 class Beside:
     """`fit_items` in a thread of its own, started at once and reporting nothing, while the caller
-    trains the wake file on the same items (`rotkws enroll --verifier`: the embedding's ONNX calls
+    trains the wake file on the same items (`rotkws enroll`: the embedding's ONNX calls
     and the wake file's training share the cores). The heads are made here, in the caller's thread,
     so the result is the one `fit_items` gives alone; the thread keeps its own list of the speech,
-    which the wake file's examples consume. `result()` waits and returns, or raises what it raised."""
+    which the wake file's examples consume. `threads()`: torch's thread count the caller may take
+    now (its own, doubled once this thread is done). `result()` waits and returns, or raises what it
+    raised."""
 
     def __init__(self, phrase: str, items: Items, cfg: HeadConfig):
         heads, own = new_heads(cfg), replace(items, speech=list(items.speech))
         threads = torch.get_num_threads()              # OpenMP's count is each thread's own
-        self.out, self.error = None, None
+        self.out, self.error, self.own = None, None, threads
 
         def run():
             torch.set_num_threads(threads)
@@ -336,6 +338,9 @@ class Beside:
 
         self.thread = threading.Thread(target=run, name="head", daemon=True)
         self.thread.start()
+
+    def threads(self) -> int:
+        return self.own if self.thread.is_alive() else 2 * self.own
 
     def result(self) -> tuple[nn.Module, dict]:
         self.thread.join()

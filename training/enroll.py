@@ -72,7 +72,7 @@ class EnrollConfig:
     peak_weight: float = 1.0     # the loss's term on each example's highest-scoring other frame (loss_fn)
     lr: float = 2e-3             # top blocks, norm and head
     recurrent_lr: float = 1e-3   # the top block's RotRNN weights (B, C, D, γ, θ)
-    max_steps: int = 0           # > 0: stop after this many steps (tests; --verifier's heads too)
+    max_steps: int = 0           # > 0: stop after this many steps (tests; the verifier's heads too)
     validation_hours: float = 0.0  # the threshold's stream; 0: every validation utterance once
     fa_per_hour: float = VALIDATION_FA_PER_HOUR   # … and the false accepts per hour it may have there
     recordings: tuple = ()       # real recordings of the phrase, if any: positives beside the synthetic ones

@@ -107,9 +107,19 @@ def draws(net: RotRNNClassifier, h: Tensor, hard: np.ndarray, epoch: int, g: tor
 
 
 def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
-          hard: np.ndarray | None = None) -> list[float]:
+          hard: np.ndarray | None = None, threads=None) -> list[float]:
     """Train the cfg.blocks top blocks, norm and head on precomputed lower features h (N, T, d);
-    `hard` (N,) marks the examples mined for hard negatives (`draws`)."""
+    `hard` (N,) marks the examples mined for hard negatives (`draws`). `threads`: a callable that
+    says torch's thread count for the next step (enroll: more once the work beside it is done);
+    the count this thread had is restored after."""
+    before = torch.get_num_threads()
+    try:
+        return _train(net, h, y, cfg, hard, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig, hard, threads) -> list[float]:
     top = list(net.blocks[len(net.blocks) - cfg.blocks:])
     opt = optimizer([p for m in (*top, net.norm, net.head) for p in m.parameters()],
                     [p for b in top for p in b.rnn.recurrent_parameters()], cfg.lr, cfg.recurrent_lr, WEIGHT_DECAY)
@@ -125,6 +135,8 @@ def train(net: RotRNNClassifier, h: Tensor, y: Tensor, cfg: EnrollConfig,
             order = draws(net, h, hard, epoch, g, cfg.blocks)
             epoch += 1
             for idx in order.split(cfg.batch_size):
+                if threads is not None and threads() != torch.get_num_threads():
+                    torch.set_num_threads(threads())
                 loss = loss_fn(frame_logits(net, h[idx].float(), cfg.blocks), y[idx], cfg.negative_weight,
                                cfg.peak_weight)
                 opt.zero_grad()
@@ -163,9 +175,9 @@ class Fit:
 
 
 def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.synthesize,
-        items: Items | None = None) -> Fit:
+        items: Items | None = None, threads=None) -> Fit:
     """Steps 1–4 of the recipe (rotkws/enroll_cli.py): the network for `phrase`, trained (on
-    `items` where given: what `gather` made for another recipe too)."""
+    `items` where given: what `gather` made for another recipe too; `threads`: `train`'s)."""
     started = time.perf_counter()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -184,7 +196,7 @@ def fit(phrase: str, checkpoint: Path, data: Path, cfg: EnrollConfig, say=tts.sy
     x, y, kind = x[order], torch.from_numpy(y[order]), kind[order]
     h = features(net, x, BACKBONE_BATCH, cfg.blocks)
     del x
-    losses = train(net, h[:n_train], y[:n_train], cfg, hard=kind[:n_train] == SPEECH)
+    losses = train(net, h[:n_train], y[:n_train], cfg, hard=kind[:n_train] == SPEECH, threads=threads)
     held_scores = hop_scores(net, h[n_train:], trained=cfg.blocks)
     meta = {"training_data": {"enrolled_phrase": phrase, "backbone": str(Path(checkpoint).name),
                               "backbone_data": entry.get("data", "unknown"), **items.sources},

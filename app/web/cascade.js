@@ -119,7 +119,7 @@ export class CascadeSpotter {
       head = await HeadModel.load(ort, headSource, ears);
     } catch (e) {
       throw new ModelError(`${source} names ${JSON.stringify(verifier.head)} as its verifier: ${e.message} ` +
-        '(expected the head file `rotkws enroll --verifier` writes beside the wake file)');
+        '(expected the head file `rotkws enroll` writes beside the wake file)');
     }
     return new CascadeSpotter(wake, head, verifier.propose, verifier.confirm);
   }
