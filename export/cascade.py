@@ -45,7 +45,7 @@ def choose(wake: KeywordModel, head: HeadModel, validation: Validation, fa_per_h
                                                              **model_rule(wake))[propose]])
     head_scores = head.scores(validation.embeddings(lambda audio: cached_embeddings(head, audio)))
     head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
-    fas = {float(c): len(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
+    fas = {float(c): validation.count(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
     chosen = validation.threshold(fas, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))
     return {"propose": float(propose), "confirm": chosen["threshold"], "validation_stream_hours": round(hours, 3),
             "proposals_per_hour": round(len(proposals) / hours, 1),

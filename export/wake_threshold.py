@@ -21,15 +21,22 @@ from .onnx import read_metadata, write_metadata
 
 
 def validation_stream(data: Path, noise: np.ndarray, hours: float, rng, phrase: str | None = None
-                      ) -> tuple[np.ndarray, float]:
-    """(audio, hours): the validation speakers' speech (evaluation/speech.py) in the wake-word
-    bench's mix, every utterance whose transcript holds the phrase or one of its words left out;
-    `hours` 0: every utterance once."""
-    said = [real_speech.read(u.path) for u in real_speech.utterances(data, "validation", phrase)]
-    items = [streams.Item(a, streams.SPEECH, "validation") for a in said]
+                      ) -> tuple[np.ndarray, float, np.ndarray]:
+    """(audio, hours, marked): the validation speakers' speech (evaluation/speech.py) in the
+    wake-word bench's mix, `hours` long (0: every utterance once). The audio is the same whatever
+    the phrase, so its speech embeddings are computed once a machine; the utterances whose
+    transcript holds the phrase or one of its words are `marked` instead, (n, 2) spans in seconds
+    from their start to HIT_WINDOW_S after their end: a detection there is no false accept, and
+    their time is not in `hours`."""
+    found = real_speech.utterances(data, "validation")
+    said = [real_speech.read(u.path) for u in found]
+    items = [streams.Item(a, streams.PHRASE if phrase and real_speech.holds_phrase(u.text, phrase) else streams.SPEECH,
+                          "validation") for a, u in zip(said, found)]
     seconds = hours * 3600 or (sum(map(len, said)) / SAMPLE_RATE + len(said) * np.mean(streams.PAUSE_S))
-    audio, _ = streams.build(items, noise, seconds, rng)
-    return audio, len(audio) / SAMPLE_RATE / 3600
+    audio, events = streams.build(items, noise, seconds, rng)
+    marked = np.array([(e.start_s, e.end_s + streams.HIT_WINDOW_S) for e in events if e.kind == streams.PHRASE])
+    marked = marked.reshape(-1, 2)
+    return audio, (len(audio) / SAMPLE_RATE - float((marked[:, 1] - marked[:, 0]).sum())) / 3600, marked
 
 
 class Validation:
@@ -38,8 +45,9 @@ class Validation:
     stream is held) and the speech embedding's hops, shared by the thresholds `rotkws enroll`
     chooses (the wake file's, its verifier head's, the cascade's)."""
 
-    def __init__(self, audio: np.ndarray, hours: float):
+    def __init__(self, audio: np.ndarray, hours: float, marked: np.ndarray | None = None):
         self.audio, self.hours = audio, hours
+        self.marked = np.zeros((0, 2)) if marked is None else np.asarray(marked, np.float64)   # (n, 2) s
         self._tracks, self._embeddings = {}, None
 
     @classmethod
@@ -60,11 +68,18 @@ class Validation:
             self._embeddings = embed(self.audio)
         return self._embeddings
 
+    def count(self, times) -> int:
+        """How many detections at `times` (s) are false accepts: those outside the marked spans."""
+        t = np.asarray(times, np.float64).reshape(-1)
+        inside = ((t[:, None] >= self.marked[:, 0]) & (t[:, None] <= self.marked[:, 1])).any(1)
+        return int((~inside).sum())
+
     def false_accepts(self, times: np.ndarray, scores: np.ndarray, labels, keywords, thresholds,
                       rule: dict) -> dict[float, int]:
-        """{threshold: detections} over the stream, each threshold of the sweep under `rule`
-        (smoothing, min_hops, refractory_s): all false accepts, as nothing in it is the phrase."""
-        return {th: len(d) for th, d in sweep_detections(times, scores, labels, keywords, thresholds, **rule).items()}
+        """{threshold: false accepts} over the stream, each threshold of the sweep under `rule`
+        (smoothing, min_hops, refractory_s): every detection outside the marked utterances."""
+        sweep = sweep_detections(times, scores, labels, keywords, thresholds, **rule)
+        return {th: self.count([d.time_s for d in found]) for th, found in sweep.items()}
 
     def threshold(self, counts: dict[float, int], fa_per_hour: float, top: float = MAX_THRESHOLD) -> dict:
         """`stream_threshold` over this stream's hours, and what the stream measured there."""

@@ -18,7 +18,8 @@ of it beside the text, `--recordings`). The recipe:
 5. This command exports the network as the streaming ONNX file `rotkws export` writes and
    chooses its threshold on a stream through the runtime (export/wake_threshold.py): the validation speakers' speech
    (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither training nor the
-   bench) in the wake-word bench's mix (evaluation/streams.py: 1–3 s pauses, noise at 10 dB by
+   bench; an utterance that says a word of the phrase is marked, a detection there not counted)
+   in the wake-word bench's mix (evaluation/streams.py: 1–3 s pauses, noise at 10 dB by
    peak frame energy); the stored threshold is the lowest that keeps them to ≤
    VALIDATION_FA_PER_HOUR false accepts per hour (`--fa-per-hour`), under the detection rule the
    file stores with it (app/wake_rule.py, WAKE_RULE: 800 ms of smoothing, two hops in a row),

@@ -273,6 +273,27 @@ def test_the_threshold_is_the_lowest_that_keeps_the_validation_stream_to_its_bud
     assert wake_threshold.stream_threshold({0.3: 0, 0.4: 0}, hours=1.0) == wake_rule.MIN_THRESHOLD
 
 
+def test_the_validation_stream_is_one_audio_for_every_phrase_its_utterances_marked():
+    """A phrase whose words are in validation transcripts ("the", "to", …) hears the same audio as
+    one whose are not ("alexa"): those utterances are marked, their time not counted, and a
+    detection in one or up to HIT_WINDOW_S after it is no false accept; one later is."""
+    from evaluation import speech, streams
+    data = require(data_root())
+    noise = speech.noise_bed(data)
+    plain = wake_threshold.Validation.of(data, noise, 0.05, np.random.default_rng(3), "alexa")
+    marked = wake_threshold.Validation.of(data, noise, 0.05, np.random.default_rng(3), "the to i a you")
+    np.testing.assert_array_equal(marked.audio, plain.audio)
+    assert len(plain.marked) == 0 and len(marked.marked) > 0
+    spans = (marked.marked[:, 1] - marked.marked[:, 0]).sum()
+    assert marked.hours == pytest.approx(plain.hours - spans / 3600) and marked.hours > 0
+    lone = [(a, b) for a, b in marked.marked if not ((marked.marked[:, 0] <= b + 0.5) & (marked.marked[:, 1] >= b + 0.5)).any()]
+    start, end = lone[0]                                                   # a span no other one follows within 0.5 s
+    assert end - streams.HIT_WINDOW_S > start                              # end: HIT_WINDOW_S past the utterance
+    inside, after, later = (start + end) / 2, end - 0.5, end + 0.5
+    assert marked.count([inside, after]) == 0 and marked.count([inside, after, later]) == 1
+    assert plain.count([inside, after, later]) == 3
+
+
 def test_a_speech_window_is_utterances_run_together_with_short_pauses():
     rng = np.random.default_rng(0)
     utterances = [np.full((n, 40), v, np.float32) for n, v in ((120, 50.0), (80, 90.0), (200, 130.0))]
