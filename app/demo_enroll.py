@@ -29,7 +29,7 @@ LISTEN_TAB = "listen"        # the page's tab with the microphone
 STAGE_NAMES = {"synthesising": "synthesising the phrase", "sentences": "synthesising sentences",
                "rendering": "rendering the examples", "speech": "rendering real speech",
                "backbone": "running the frozen backbone", "training": "training",
-               "threshold": "choosing the threshold on the validation stream",
+               "threshold": "finishing the verifier's heads, choosing the threshold on the validation stream",
                "verifier": "finishing the verifier head and choosing its thresholds"}
 JOB_KEY = "rotkws-enroll-job"    # the browser's localStorage key for the visitor's job id
 

@@ -43,7 +43,7 @@ def choose(wake: KeywordModel, head: HeadModel, validation: Validation, fa_per_h
                                                         for t in counts if t >= th)), default=max(counts))
     proposals = np.array([d.time_s for d in sweep_detections(times, scores, wake.labels, wake.keywords, [propose],
                                                              **model_rule(wake))[propose]])
-    head_scores = head.scores(validation.embeddings(lambda audio: cached_embeddings(head, audio)))
+    head_scores = head.scores(validation.embeddings(lambda audio: cached_embeddings(head.ears, audio)))
     head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
     fas = {float(c): validation.count(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
     chosen = validation.threshold(fas, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))

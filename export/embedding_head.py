@@ -13,7 +13,7 @@ import onnxruntime as ort
 import torch
 
 from app.detection import REFRACTORY_S
-from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, cache_folder, cache_key
+from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, SpeechEmbedding, cache_folder, cache_key
 from app.wakehead import HEAD_HOPS, HEAD_TASK, HEAD_THRESHOLDS, HeadModel
 
 from .wake_threshold import Validation
@@ -44,12 +44,12 @@ def export_head(head: torch.nn.Module, path: Path, meta: dict) -> Path:
     return path
 
 
-def cached_embeddings(model: HeadModel, audio: np.ndarray) -> np.ndarray:
+def cached_embeddings(ears: SpeechEmbedding, audio: np.ndarray) -> np.ndarray:
     """The stream's embeddings, from the cache where an earlier run made them."""
     path = cache_folder() / f"stream-{cache_key(audio)}.npy"
     if path.is_file():
         return np.load(path)
-    e = model.ears.embed(audio)
+    e = ears.embed(audio)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, e)
     return e
@@ -59,7 +59,7 @@ def choose_threshold(path: Path, validation: Validation, fa_per_hour: float) -> 
     """The head file's threshold for `fa_per_hour` on the validation stream of its phrase, and what
     that stream measured."""
     model = HeadModel(path)
-    scores = model.scores(validation.embeddings(lambda audio: cached_embeddings(model, audio)))
+    scores = model.scores(validation.embeddings(lambda audio: cached_embeddings(model.ears, audio)))
     times = np.arange(1, len(scores) + 1) * HOP / SAMPLE_RATE
     counts = validation.false_accepts(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
                                       HEAD_THRESHOLDS, {k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})

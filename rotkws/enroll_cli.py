@@ -26,8 +26,9 @@ of it beside the text, `--recordings`). The recipe:
    which training's mining applies as well. `rotkws calibrate FILE.onnx --fa-per-hour F` chooses
    it again for an enrolled file, on the same stream, without training (`retune`).
 6. Beside the wake file, from the same items, three heads on Google's frozen speech embedding train
-   in a thread of their own (training/embedding_head.py: `Beside`); the wake file's training takes
-   their core once they are done. They are written beside it as OUT.head.onnx, its verifier
+   in a thread of their own (training/embedding_head.py: `Beside`), which then embeds the
+   validation stream (cached per machine); the wake file's training takes their core once they
+   are done. They are written beside it as OUT.head.onnx, its verifier
    (export/cascade.py): the wake file proposes, the heads confirm what it proposed, both thresholds
    chosen on the same validation stream and score track as the wake file's (`--no-verifier`: the
    wake file alone).
@@ -40,11 +41,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.embedding import SpeechEmbedding
 from app.wake_rule import held_out_rates
 from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from export.cascade import attach_head
+from export.embedding_head import cached_embeddings
 from export.onnx import export_onnx, write_metadata
 from export.wake_threshold import Validation, choose_on_stream
 from training import progress, tts
@@ -105,25 +108,34 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
     heads on the speech embedding train on the same items beside it (docs/ears.md), and the file
     names them as its verifier; the three thresholds are chosen on one validation stream."""
     started = time.perf_counter()
+    stream = lambda noise: Validation.of(data, noise, cfg.validation_hours, np.random.default_rng(cfg.seed), phrase)
     items, beside = None, None
     if verifier:
         items = gather(phrase, data, cfg, np.random.default_rng(cfg.seed), say)
         head_cfg = HeadConfig(seed=cfg.seed, steps=cfg.max_steps or HeadConfig.steps)
-        beside = Beside(phrase, items, head_cfg)                       # the head trains while the file does
+        beside = Beside(phrase, items, head_cfg, then=lambda: embedded(stream(items.noise)))   # while the file trains
     trained = fit(phrase, checkpoint, data, cfg, say, items=items, threads=beside and beside.threads)
     meta = trained.meta
     export_onnx(trained.net, output, meta=meta, clips=trained.positives[:VERIFY_CLIPS])
     with progress.stage("threshold"):
-        validation = Validation.of(data, trained.noise, cfg.validation_hours, np.random.default_rng(cfg.seed), phrase)
+        heads = beside.result() if beside is not None else None
+        validation = heads[2] if heads else stream(trained.noise)
         chosen = choose_on_stream(output, validation, cfg.fa_per_hour)
     meta["enroll"] |= chosen | held_out_rates(trained.held_scores, trained.held_kind, chosen["threshold"])
     write_metadata(output, output, {"detection": meta["detection"] | {"threshold": chosen["threshold"]},
                                     "enroll": meta["enroll"]})
     if beside is not None:
         with progress.stage("verifier"):
-            meta["enroll"]["verifier"] = attach_head(*beside.result(), output, data, validation, cfg.fa_per_hour)
+            meta["enroll"]["verifier"] = attach_head(*heads[:2], output, data, validation, cfg.fa_per_hour)
         write_metadata(output, output, {"enroll": meta["enroll"]})
     return meta["enroll"] | {"seconds_with_export": round(time.perf_counter() - started, 1)}
+
+
+def embedded(validation: Validation) -> Validation:
+    """The validation stream with its speech embeddings computed (or read from the cache)."""
+    ears = SpeechEmbedding()
+    validation.embeddings(lambda audio: cached_embeddings(ears, audio))
+    return validation
 
 
 def verifier_line(report: dict) -> str:

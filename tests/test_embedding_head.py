@@ -107,11 +107,12 @@ def test_a_head_trained_beside_other_work_is_the_one_trained_alone(monkeypatch):
     items = recipe.Items([], [], [], [np.zeros(10, np.float32)], np.zeros((0, 98, 40), np.uint8), np.zeros(10))
     alone, _ = recipe.fit_items("alexa", items, cfg, ears=object())
     monkeypatch.setattr(recipe, "SpeechEmbedding", object)
-    beside = recipe.Beside("alexa", items, cfg)
+    beside = recipe.Beside("alexa", items, cfg, then=lambda: "validation embedded")
     items.speech.pop()                                   # the wake file's examples consume the speech
     for _ in range(200):
         torch.rand(1000)                                 # the caller's training draws meanwhile
-    head, meta = beside.result()
+    head, meta, then = beside.result()
+    assert then == "validation embedded"                 # what ran in the thread after the heads
     assert beside.threads() == 2 * torch.get_num_threads()   # done: the caller may take its core
     x = torch.randn(3, HEAD_HOPS, EMBED_DIM)
     with torch.no_grad():

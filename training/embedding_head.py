@@ -319,11 +319,13 @@ class Beside:
     trains the wake file on the same items (`rotkws enroll`: the embedding's ONNX calls
     and the wake file's training share the cores). The heads are made here, in the caller's thread,
     so the result is the one `fit_items` gives alone; the thread keeps its own list of the speech,
-    which the wake file's examples consume. `threads()`: torch's thread count the caller may take
-    now (its own, doubled once this thread is done). `result()` waits and returns, or raises what it
+    which the wake file's examples consume. `then()`, if given, runs in the thread after the fit
+    (enroll: the validation stream embedded, while the wake file still trains). `threads()`:
+    torch's thread count the caller may take now (its own, doubled once this thread is done).
+    `result()` waits and returns (the heads, their record, what `then` returned), or raises what it
     raised."""
 
-    def __init__(self, phrase: str, items: Items, cfg: HeadConfig):
+    def __init__(self, phrase: str, items: Items, cfg: HeadConfig, then=None):
         heads, own = new_heads(cfg), replace(items, speech=list(items.speech))
         threads = torch.get_num_threads()              # OpenMP's count is each thread's own
         self.out, self.error, self.own = None, None, threads
@@ -332,7 +334,8 @@ class Beside:
             torch.set_num_threads(threads)
             try:
                 with progress.quiet():
-                    self.out = fit_items(phrase, own, cfg, heads=heads)
+                    head, meta = fit_items(phrase, own, cfg, heads=heads)
+                    self.out = head, meta, then() if then is not None else None
             except BaseException as e:            # handed to the caller by result()
                 self.error = e
 
@@ -342,7 +345,7 @@ class Beside:
     def threads(self) -> int:
         return self.own if self.thread.is_alive() else 2 * self.own
 
-    def result(self) -> tuple[nn.Module, dict]:
+    def result(self) -> tuple[nn.Module, dict, object]:
         self.thread.join()
         if self.error is not None:
             raise self.error
