@@ -12,9 +12,11 @@ of it beside the text, `--recordings`). The recipe:
    word or the end of a real sentence before, the item, room reverberation, background noise, then
    the whole made quieter; synthetic clips go through the Opus codec as often as not, as the real
    speech did (training/enroll_examples.py).
-4. The default checkpoint's lower blocks stay frozen; its top block, final norm and a new
-   two-class head (the phrase, `_other_`) train for a few minutes, hard negatives mined from the
-   speech, with a max-pooling term in the loss (training/enroll_fit.py).
+4. The backbone's lower blocks stay frozen; its top block, final norm and a new two-class head
+   (the phrase, `_other_`) train for a few minutes, hard negatives mined from the speech, with a
+   max-pooling term in the loss (training/enroll_fit.py). The backbone is the RotRNN taught to
+   predict the speech embedding (training/distill.py: PROPOSER_CHECKPOINT), as the cascade's
+   proposer (6); with --no-verifier the default kws12 network (DEFAULT_CHECKPOINT).
 5. This command exports the network as the streaming ONNX file `rotkws export` writes and
    chooses its threshold on a stream through the runtime (export/wake_threshold.py): the validation speakers' speech
    (evaluation/speech.py: VCC2016 and 25 speechocean762 speakers, in neither training nor the
@@ -53,7 +55,8 @@ from export.wake_threshold import Validation, choose_on_stream
 from training import progress, tts
 from training.embedding_head import Beside, HeadConfig
 from training.enroll import EnrollConfig, gather
-from training.enroll_fit import DEFAULT_CHECKPOINT, fit
+from training.enroll_fit import DEFAULT_CHECKPOINT, PROPOSER_CHECKPOINT, fit
+from training.paths import REPO
 from training.kokoro import KokoroError
 from training.tts import PhraseError
 
@@ -70,7 +73,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("phrase", help="the words to spot, e.g. \"computer\"")
     p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="the backbone (default: %(default)s)")
+    p.add_argument("--checkpoint", default=None,
+                   help=f"the backbone (default: {PROPOSER_CHECKPOINT.relative_to(REPO)}, the RotRNN taught to predict "
+                        f"the speech embedding, as the cascade's proposer; with --no-verifier "
+                        f"{DEFAULT_CHECKPOINT.relative_to(REPO)})")
     p.add_argument("--data", default=None, help="data root (default: $ROTKWS_DATA or ../shared/data)")
     for name in INT_OPTIONS:
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
@@ -159,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         phrase = tts.check_phrase(args.phrase)
         data = Path(args.data).resolve() if args.data else default_data_root()
-        report = enroll(phrase, Path(args.output), Path(args.checkpoint), data, cfg, verifier=args.verifier)
+        checkpoint = Path(args.checkpoint or (PROPOSER_CHECKPOINT if args.verifier else DEFAULT_CHECKPOINT))
+        report = enroll(phrase, Path(args.output), checkpoint, data, cfg, verifier=args.verifier)
     except (PhraseError, ClipError, KokoroError, ValueError) as e:
         print(f"rotkws enroll: {e}", file=sys.stderr)
         progress.emit("error", message=str(e))

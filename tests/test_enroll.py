@@ -219,6 +219,7 @@ def test_a_tiny_enroll_writes_a_model_the_runtime_runs(tiny_model):
     stored = json.loads(read_metadata(model.path)["enroll"])
     sources = json.loads(read_metadata(model.path)["training_data"])
     assert sources["positives"]["kokoro"] == 6 and sum(sources["positives"].values()) >= 6 + 12   # every engine
+    assert sources["backbone"] == fit.DEFAULT_CHECKPOINT.name              # --no-verifier: the kws12 network
     assert stored["threshold"] == model.meta["detection"]["threshold"]      # chosen on the stream
     assert model.meta["detection"] == {"threshold": stored["threshold"]} | wake_rule.WAKE_RULE   # and the rule
     assert 0.05 <= stored["validation_stream_hours"] < 0.06

@@ -40,7 +40,7 @@ def user_speech(folder):
 def test_a_tiny_enroll_with_a_verifier_and_the_users_speech(tmp_path):
     require_espeak()
     data = require(data_root())
-    require(fit.DEFAULT_CHECKPOINT)
+    require(fit.PROPOSER_CHECKPOINT)
     out = tmp_path / "computer.onnx"
     os.environ[CACHE_ENV] = str(tmp_path / "cache")
     try:
@@ -57,6 +57,7 @@ def test_a_tiny_enroll_with_a_verifier_and_the_users_speech(tmp_path):
     meta = read_metadata(out)
     assert json.loads(meta["enroll"])["verifier"].items() <= verifier.items()
     assert json.loads(meta["training_data"])["speech_folders"] == {str(tmp_path / "LibriSpeech"): 2}   # not "HEY COMPUTER"
+    assert json.loads(meta["training_data"])["backbone"] == fit.PROPOSER_CHECKPOINT.name   # the cascade's proposer
     cascade = CascadeSpotter(wake, head, verifier["propose"], verifier["confirm"])
     assert cascade.process(np.zeros(16_000, np.float32)).detections == []
     assert len(list((tmp_path / "cache" / "embeddings").glob("*.npy"))) > 2   # speech embedded once, kept
