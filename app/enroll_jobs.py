@@ -395,7 +395,7 @@ def alive(pid: int) -> bool:
 
 def beside(model: Path) -> list[Path]:
     """A finished model and the files it names beside it that are there: the head of its
-    verifier (`rotkws enroll --verifier`: OUT.head.onnx)."""
+    verifier (OUT.head.onnx, which `rotkws enroll` writes unless --no-verifier)."""
     verifier = KeywordModel(model).meta.get("verifier")
     head = model.parent / verifier["head"] if isinstance(verifier, dict) and "head" in verifier else None
     return [model] + ([head] if head is not None and head.is_file() else [])

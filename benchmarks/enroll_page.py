@@ -5,8 +5,8 @@ listener built on the new file (app/demo_enroll.py's Assistant with the bundled 
 Writes BENCHMARKS.md's section `enroll_page`.
 
 The job starts with no clip of Kokoro's in its cache (ROTKWS_CACHE: a new folder holding the rest of
-the default one, links to the assembled Kokoro model and the prepared image archive), as the first
-job for a phrase on a server that has enrolled before.
+the default one, links to the assembled Kokoro model, the prepared image archive and the speech
+embeddings), as the first job for a phrase on a server that has enrolled before.
 
     python -m benchmarks.enroll_page [--phrase alexa] [--takes 0.flac 2.flac 4.flac] [--jobs DIR]
 """
@@ -29,14 +29,15 @@ from corpus.folders import default_data_root
 POLL_S = 1.0
 TAKES = ("0.flac", "2.flac", "4.flac")   # even-numbered: recordings the bench's stream never plays
 TIMEOUT_S = 4 * 3600
+KOKORO_CLIPS = "kokoro"                  # the cache's folder of Kokoro's clips (training/kokoro.py: Kokoro.cached)
 
 
 def fresh_clips_cache(folder: Path) -> Path:
-    """A cache folder for the job: the default one's files linked, its Kokoro clips left out."""
+    """A cache folder for the job: the default one's files and folders linked, its Kokoro clips left out."""
     from training.kokoro import CACHE_ENV, cache_dir
     folder.mkdir(parents=True, exist_ok=True)
     for entry in cache_dir().iterdir():
-        if entry.is_file() and not (folder / entry.name).exists():
+        if entry.name != KOKORO_CLIPS and not (folder / entry.name).exists():
             (folder / entry.name).symlink_to(entry)
     os.environ[CACHE_ENV] = str(folder)             # the job's process inherits it
     return folder
@@ -77,8 +78,14 @@ def section(phrase: str, takes: list[Path], m: dict) -> str:
         f"server's). No Kokoro clip was cached when it started.", "",
         "| stage (as the page shows it) | from Start, min | lasted, min |", "| --- | ---: | ---: |", *rows, "",
         f"What enroll measured: threshold {r['threshold']}, {r['validation_stream_false_accepts']} false accepts "
-        f"in {r['validation_stream_hours']} h of validation stream; takes its model did not detect: "
+        f"in {r['validation_stream_hours']} h of validation stream; {cascade(r)}takes its model did not detect: "
         f"{m['view']['undetected'] or 'none'}."])
+
+
+def cascade(result: dict) -> str:
+    v = result.get("verifier")
+    return (f"a cascade, proposing at {v['propose']:g}, its heads confirming from {v['confirm']:g} "
+            f"({v['validation_stream_false_accepts']} false accepts there); ") if v else "no verifier; "
 
 
 def main() -> None:

@@ -201,9 +201,9 @@ def test_demo_model_names_a_missing_head(setup, tmp_path, capsys):
     assert not isinstance(plain, CascadeModel) and type(demo.new_session(plain).spotter) is KeywordSpotter
 
 
-# ─── the enroll tab: jobs that enroll with --verifier ───
+# ─── the enroll tab: jobs that enroll a cascade (enroll's default) ───
 
-# A stand-in for `rotkws enroll --verifier`: the cascade file as its model and the head beside it
+# A stand-in for `rotkws enroll` (its default, a cascade): the cascade file as its model and the head beside it
 # (none for the phrase "headless"), then the `done` line with the verifier it measured.
 CASCADE_ENROLL = r'''
 import json, shutil, sys
@@ -231,7 +231,7 @@ def page(setup, commands, tmp_path):
 
 
 def test_an_enrolled_cascade_is_kept_whole_and_listened_to_as_a_cascade(page, clips_48k):
-    """A job that enrolled with --verifier: its head kept beside its model, the Listen tab's
+    """A job that enrolled a cascade: its head kept beside its model, the Listen tab's
     wake word the cascade (the head confirming), the page's links to both files."""
     job = page.jobs.submit("alexa")
     assert page.jobs.wait(job.id, JOB_TIMEOUT_S)["state"] == "done"

@@ -95,7 +95,7 @@ def test_heads_are_trained_on_the_same_rows_and_averaged_in_one_file(tmp_path):
 
 
 def test_a_head_trained_beside_other_work_is_the_one_trained_alone(monkeypatch):
-    """`Beside` (enroll --verifier): the head trains in a thread while the caller draws from torch's
+    """`Beside` (enroll's verifier): the head trains in a thread while the caller draws from torch's
     global generator, and comes out as `fit_items` alone makes it; its error reaches the caller."""
     rng = np.random.default_rng(2)
     e = rng.normal(0, 1, (200, EMBED_DIM)).astype(np.float16)
