@@ -29,8 +29,8 @@ LISTEN_TAB = "listen"        # the page's tab with the microphone
 STAGE_NAMES = {"synthesising": "synthesising the phrase", "sentences": "synthesising sentences",
                "rendering": "rendering the examples", "speech": "rendering real speech",
                "backbone": "running the frozen backbone", "training": "training",
-               "threshold": "finishing the verifier's heads, choosing the threshold on the validation stream",
-               "verifier": "finishing the verifier head and choosing its thresholds"}
+               "threshold": "choosing the threshold on the validation stream (the verifier's heads done first)",
+               "verifier": "choosing the verifier's thresholds"}
 JOB_KEY = "rotkws-enroll-job"    # the browser's localStorage key for the visitor's job id
 
 INTRO = f"""## Your own wake word

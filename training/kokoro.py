@@ -6,7 +6,7 @@ voices of the phrase beside espeak-ng, flite and festival (training/tts.py).
    concatenated in order, checked against the hash once and kept in the cache folder (`model_file`).
    kokoro-onnx runs it (espeak-ng phonemes from espeakng-loader) in one-thread onnxruntime
    sessions, one per core: `say_all` says a list of clips, each session its own clip at a time
-   (0.78 s a short clip on the 2-core machine against 0.99 for one two-thread session).
+   (on the 2-core machine 0.22–0.26 s a short clip against 0.33–0.37 for one two-thread session).
 2. A voice is a style table, (510, 1, 256) float32 (row n: the style for n phonemes). The 28 English
    ones of Kokoro v1.0 ship in training/voices/kokoro_v1_0_en/ as their original PyTorch files;
    `read_voice` reads one without torch. $ROTKWS_VOICES names another folder of them.
