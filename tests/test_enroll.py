@@ -410,3 +410,20 @@ def test_recordings_that_are_not_audio_are_left_out_and_named_and_none_readable_
     with pytest.raises(enroll.ClipError, match="none of the 1 recordings"):
         enroll.read_recordings([broken])
     assert enroll.read_recordings([]) == ([], [])
+
+
+def test_each_recording_of_the_phrase_weighs_as_many_synthetic_clips(monkeypatch):
+    """`--recordings`: a user's takes stand RECORDING_COPIES times each among the positives (each
+    copy varied later as every clip is), the synthetic clips once; the metadata counts them once."""
+    data = require(data_root())
+    takes = sorted((REPO / "tests" / "data" / "wakeword" / "alexa").glob("*.flac"))[:2]
+    said = lambda texts, n, rng, progress=None: tts.Synthesis([np.full(8000, 0.5, np.float32)] * n, {"espeak-ng": n})
+    cfg = enroll.EnrollConfig(positives=5, tts_negatives=2, images=0, speech_negatives=0, tts_sentences=0,
+                              kokoro_positives=0, kokoro_negatives=0, kokoro_sentences=0, wav_negatives=0,
+                              recordings=tuple(map(str, takes)))
+    items = enroll.gather("alexa", data, cfg, np.random.default_rng(0), said)
+    recorded, _ = enroll.read_recordings(takes)
+    assert len(items.positives) == 5 + enroll.RECORDING_COPIES * len(takes)
+    for take in recorded:
+        assert sum(len(p) == len(take) and np.array_equal(p, take) for p in items.positives) == enroll.RECORDING_COPIES
+    assert items.sources["positives"] == {"espeak-ng": 5, "recordings": 2}

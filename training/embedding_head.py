@@ -213,13 +213,17 @@ def rows(ears: SpeechEmbedding, items: Items, cfg: HeadConfig, rng) -> Rows:
     """Steps 1–2 of the module docstring over enroll's gathered items."""
     n_real_speech = items.sources["speech_utterances"]
     context = items.synthetic + items.real
-    made = [positive(c, context, items.noise, rng) for c in progress.bar(
-        items.positives * cfg.copies, desc="phrase examples", unit="example")]
-    made += [negative(c, items.noise, rng, True) for c in items.synthetic]
-    made += [negative(c, items.noise, rng, False) for c in items.real]
-    made += [negative(None, items.noise, rng, False) for _ in range(items.sources["noise_examples"])]
+    n_noise = items.sources["noise_examples"]
+
+    def made():                     # each example's audio made, embedded and let go in turn
+        yield from (positive(c, context, items.noise, rng) for c in items.positives * cfg.copies)
+        yield from (negative(c, items.noise, rng, True) for c in items.synthetic)
+        yield from (negative(c, items.noise, rng, False) for c in items.real)
+        yield from (negative(None, items.noise, rng, False) for _ in range(n_noise))
+
     embeddings, labels = [], []
-    for audio, y in progress.bar(made, desc="embedding", unit="example"):
+    total = len(items.positives) * cfg.copies + len(items.synthetic) + len(items.real) + n_noise
+    for audio, y in progress.bar(made(), total=total, desc="embedding", unit="example"):
         embeddings.append(ears.embed(audio).astype(np.float16))
         labels.append(y[:len(embeddings[-1])])
     speech = embedding_cache(ears, items.speech[:n_real_speech], items.noise)

@@ -6,7 +6,8 @@ from (`gather` → `Items`).
    Kokoro-82M (training/kokoro.py: stock and blended neural voices, both accents, alone and after a
    word, cached per phrase and speaker) and by espeak-ng, flite and festival in many voices, rates,
    pitches and volumes (the positives), with the same engines saying other words and pieces of the
-   phrase ("snow", "boy"); real recordings of the phrase beside them, if given (`--recordings`).
+   phrase ("snow", "boy"); real recordings of the phrase beside them, if given (`--recordings`),
+   each RECORDING_COPIES times.
 2. Real negatives: continuous speech (the training split of evaluation/speech.py: speechocean762
    and LibriSpeech speakers as the backbone's speaker hash splits them, Picovoice's coffee orders,
    Mycroft's utterances; every utterance whose transcript holds the phrase or one of its words left
@@ -51,6 +52,9 @@ NEGATIVE_WORDS = (                                # synthetic negatives beside t
 PART_SHARE = 0.4             # of the synthetic negatives: pieces of the phrase
 KOKORO_PART_WEIGHT = 3       # Kokoro's negatives draw each piece of the phrase this many times as often as a word
 UTTERANCES_PER_WINDOW = 3     # utterances read per speech example asked for (all of them by default)
+RECORDING_COPIES = 20         # each real recording of the phrase (--recordings) stands this many times among
+                              # the positives, each copy varied as every clip is: a user's few takes are their
+                              # voice, room and microphone, against some 1,400 synthetic clips
 
 
 @dataclass
@@ -230,5 +234,5 @@ def gather(phrase: str, data: Path, cfg: EnrollConfig, rng, say=tts.synthesize, 
                                                        for w in NEGATIVE_WAKEWORDS), NOISE_FOLDER,
                            *(f"{real_speech.SPEECH_FOLDER}/{OTHER_WAKEWORDS.format(w)}" for w in OTHER_WAKEWORD_NAMES),
                            f"{real_speech.SPEECH_FOLDER} ({real_speech.SPLIT_SOURCES['training']})"]}
-    return Items(pos.clips + recorded, neg.clips + part.clips + k_neg.clips, real, speech + sentences.clips, images,
+    return Items(pos.clips + recorded * RECORDING_COPIES, neg.clips + part.clips + k_neg.clips, real, speech + sentences.clips, images,
                  noise_audio(data), sources)
