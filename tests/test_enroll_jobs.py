@@ -351,6 +351,8 @@ def test_a_real_tiny_enroll_job_makes_a_model_that_names_the_take_of_another_wor
         assert view["result"]["config"]["recordings"] and len(view["result"]["config"]["recordings"]) == 4
         assert set(view["undetected"]) <= {1, 2, 3, 4}
         assert undetected_takes(jobs.model_path(job.id), jobs.folder(job.id) / "takes") == view["undetected"]
+        assert view["result"]["verifier"]["head"] == "model.head.onnx"                # enroll's default: a cascade,
+        assert jobs.model_path(job.id).with_name("model.head.onnx").is_file()      # its head kept beside
     finally:
         jobs.close()                                 # a job still running ends with the test
 
