@@ -29,15 +29,14 @@ from corpus.folders import default_data_root
 POLL_S = 1.0
 TAKES = ("0.flac", "2.flac", "4.flac")   # even-numbered: recordings the bench's stream never plays
 TIMEOUT_S = 4 * 3600
-KOKORO_CLIPS = "kokoro"                  # the cache's folder of Kokoro's clips (training/kokoro.py: Kokoro.cached)
 
 
 def fresh_clips_cache(folder: Path) -> Path:
     """A cache folder for the job: the default one's files and folders linked, its Kokoro clips left out."""
-    from training.kokoro import CACHE_ENV, cache_dir
+    from training.kokoro import CACHE_ENV, CLIPS_FOLDER, cache_dir
     folder.mkdir(parents=True, exist_ok=True)
     for entry in cache_dir().iterdir():
-        if entry.name != KOKORO_CLIPS and not (folder / entry.name).exists():
+        if entry.name != CLIPS_FOLDER and not (folder / entry.name).exists():
             (folder / entry.name).symlink_to(entry)
     os.environ[CACHE_ENV] = str(folder)             # the job's process inherits it
     return folder

@@ -45,6 +45,7 @@ LANGUAGES = {"a": "en-us", "b": "en-gb"}   # a voice's first letter: its accent
 STOCK_SHARE = 0.3                    # of the speakers: a stock voice; the others a blend …
 BLEND_PARENTS = (2, 3)               # … of this many voices, weights from a flat Dirichlet
 RATE = (0.8, 1.25)                   # Kokoro's speed (1: the voice's own)
+CLIPS_FOLDER = "kokoro"              # under the cache folder: the clips, <text hash>/<speaker key>.npy
 
 
 class KokoroError(RuntimeError):
@@ -203,7 +204,7 @@ class Kokoro:
 
     def cached(self, text: str, who: Speaker) -> Path:
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        return cache_dir() / "kokoro" / digest / f"{who.key}.npy"
+        return cache_dir() / CLIPS_FOLDER / digest / f"{who.key}.npy"
 
     def say(self, text: str, who: Speaker) -> np.ndarray:
         """`text` said by `who`: (samples,) float32 @ 16 kHz, as Kokoro trims it."""
