@@ -57,6 +57,15 @@ def holds_phrase(text: str | None, phrase: str) -> bool:
     return text is not None and bool(set(words(phrase)) & set(words(text)))
 
 
+def said(u: Utterance) -> str:
+    """What the utterance says, as a key: its transcript, VCC2016's sentence (its ten voices read
+    the same sentences, one file name each), else its file. A threshold counts one false accept
+    per thing said (export/wake_threshold.py: Validation.count)."""
+    if u.text:
+        return u.text
+    return f"{VCC}/{u.path.name}" if u.speaker.startswith(f"{VCC}/") else str(u.path)
+
+
 def clip_speaker(u: Utterance) -> str:
     """The utterance's speaker as a clip's speaker name ("speechocean762_0001"): what
     corpus/splits.py hashes."""

@@ -2,7 +2,8 @@
 (app/cascade.py), both thresholds chosen on `enroll`'s validation stream of its phrase:
 
 1. propose: the lowest of the sweep at which the wake file's own rule proposes at most
-   PROPOSALS_PER_HOUR times an hour (what the head stage may cost);
+   PROPOSALS_PER_HOUR times an hour outside the phrase's utterances (what the head stage may cost;
+   every proposal counted);
 2. confirm: with those proposals, the lowest head score at which the cascade keeps to
    --fa-per-hour false accepts per hour, as `enroll` chooses a threshold (export/enroll.py).
 
@@ -27,7 +28,7 @@ from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from evaluation.speech import noise_bed
 
-from .embedding_head import HEAD_RULE, cached_embeddings, choose_threshold, export_head, write_threshold
+from .embedding_head import HEAD_RULE, choose_threshold, export_head, write_threshold
 from .onnx import read_metadata, write_metadata
 from .wake_threshold import Validation
 
@@ -38,12 +39,12 @@ HEAD_SUFFIX = ".head.onnx"
 def choose(wake: KeywordModel, head: HeadModel, validation: Validation, fa_per_hour: float) -> dict:
     hours = validation.hours
     times, scores = validation.track(wake)
-    counts = validation.false_accepts(times, scores, wake.labels, wake.keywords, THRESHOLDS, model_rule(wake))
-    propose = min((th for th in sorted(counts) if all(counts[t] <= PROPOSALS_PER_HOUR * hours
-                                                        for t in counts if t >= th)), default=max(counts))
-    proposals = np.array([d.time_s for d in sweep_detections(times, scores, wake.labels, wake.keywords, [propose],
-                                                             **model_rule(wake))[propose]])
-    head_scores = head.scores(validation.embeddings(lambda audio: cached_embeddings(head.ears, audio)))
+    sweep = sweep_detections(times, scores, wake.labels, wake.keywords, THRESHOLDS, **model_rule(wake))
+    proposed = {th: validation.outside([d.time_s for d in found]) for th, found in sweep.items()}
+    propose = min((th for th in sorted(proposed) if all(len(proposed[t]) <= PROPOSALS_PER_HOUR * hours
+                                                          for t in proposed if t >= th)), default=max(proposed))
+    proposals = np.array([d.time_s for d in sweep[propose]])
+    head_scores = head.scores(validation.embeddings(head.ears))
     head_times = np.arange(1, len(head_scores) + 1) * HOP / SAMPLE_RATE
     fas = {float(c): validation.count(cascade_detections(proposals, head_times, head_scores, c)) for c in HEAD_THRESHOLDS}
     chosen = validation.threshold(fas, fa_per_hour, top=float(HEAD_THRESHOLDS[-1]))

@@ -2,7 +2,7 @@
 (app/wakehead.py), checked against PyTorch, and its threshold chosen as `enroll` chooses one: on
 the validation speakers' stream in the bench's mix, the lowest with ≤ fa_per_hour false accepts
 per hour under the file's rule (raw score, 1 s refractory: the peers' rule). The validation
-stream's embeddings are cached per machine (app/embedding.py: cache_folder).
+stream's embeddings are cached per machine (export/wake_threshold.py: Validation.embeddings).
 """
 import json
 from pathlib import Path
@@ -13,7 +13,7 @@ import onnxruntime as ort
 import torch
 
 from app.detection import REFRACTORY_S
-from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE, SpeechEmbedding, cache_folder, cache_key
+from app.embedding import EMBED_DIM, FILES, HOP, SAMPLE_RATE
 from app.wakehead import HEAD_HOPS, HEAD_TASK, HEAD_THRESHOLDS, HeadModel
 
 from .wake_threshold import Validation
@@ -44,22 +44,11 @@ def export_head(head: torch.nn.Module, path: Path, meta: dict) -> Path:
     return path
 
 
-def cached_embeddings(ears: SpeechEmbedding, audio: np.ndarray) -> np.ndarray:
-    """The stream's embeddings, from the cache where an earlier run made them."""
-    path = cache_folder() / f"stream-{cache_key(audio)}.npy"
-    if path.is_file():
-        return np.load(path)
-    e = ears.embed(audio)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, e)
-    return e
-
-
 def choose_threshold(path: Path, validation: Validation, fa_per_hour: float) -> dict:
     """The head file's threshold for `fa_per_hour` on the validation stream of its phrase, and what
     that stream measured."""
     model = HeadModel(path)
-    scores = model.scores(validation.embeddings(lambda audio: cached_embeddings(model.ears, audio)))
+    scores = model.scores(validation.embeddings(model.ears))
     times = np.arange(1, len(scores) + 1) * HOP / SAMPLE_RATE
     counts = validation.false_accepts(times, np.stack([scores, 1 - scores], 1), model.labels, (model.phrase,),
                                       HEAD_THRESHOLDS, {k: HEAD_RULE[k] for k in ("smoothing", "min_hops", "refractory_s")})

@@ -49,7 +49,6 @@ from corpus.clips import ClipError
 from corpus.folders import default_data_root
 from corpus.labels import OTHER
 from export.cascade import attach_head
-from export.embedding_head import cached_embeddings
 from export.onnx import export_onnx, write_metadata
 from export.wake_threshold import Validation, choose_on_stream
 from training import progress, tts
@@ -140,7 +139,7 @@ def enroll(phrase: str, output: Path, checkpoint: Path, data: Path, cfg: EnrollC
 def embedded(validation: Validation) -> Validation:
     """The validation stream with its speech embeddings computed (or read from the cache)."""
     ears = SpeechEmbedding()
-    validation.embeddings(lambda audio: cached_embeddings(ears, audio))
+    validation.embeddings(ears)
     return validation
 
 

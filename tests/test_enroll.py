@@ -292,7 +292,36 @@ def test_the_validation_stream_is_one_audio_for_every_phrase_its_utterances_mark
     assert end - streams.HIT_WINDOW_S > start                              # end: HIT_WINDOW_S past the utterance
     inside, after, later = (start + end) / 2, end - 0.5, end + 0.5
     assert marked.count([inside, after]) == 0 and marked.count([inside, after, later]) == 1
-    assert plain.count([inside, after, later]) == 3
+    assert plain.count([inside, after]) == 1                               # one utterance, one false accept
+    assert plain.count([inside, after, later]) == 2
+
+
+def test_a_false_accept_is_counted_once_per_thing_said():
+    """VCC2016's voices reading one sentence fire as one false accept; two sentences, or two
+    detections in the pauses, as two; a detection in a marked span as none."""
+    said = ["vcc2016/vcc2016_100039.ogg", "vcc2016/vcc2016_100039.ogg", "WE SPEAK OUT"]
+    stream = wake_threshold.Validation(np.zeros(16000), 0.01, marked=np.array([[20.0, 24.0]]),
+                                       spoken=np.array([[0.0, 4.0], [6.0, 10.0], [12.0, 16.0]]), said=said)
+    assert stream.count([]) == 0
+    assert stream.count([1.0, 7.0]) == 1 and stream.count([1.0, 3.5, 9.9]) == 1        # two voices, one sentence
+    assert stream.count([1.0, 13.0]) == 2 and stream.count([1.0, 7.0, 13.0]) == 2
+    assert stream.count([5.0, 5.5]) == 2 and stream.count([5.0, 11.0, 17.0]) == 3     # in the pauses: each
+    assert stream.count([21.0, 23.9]) == 0 and stream.count([21.0, 13.0]) == 1         # marked: none
+    with pytest.raises(ValueError, match="what each of the 3 spoken spans said"):
+        wake_threshold.Validation(np.zeros(16000), 0.01, spoken=np.zeros((3, 2)), said=["a"])
+    assert wake_threshold.Validation(np.zeros(16000), 0.01).count([1.0, 1.1, 7.0]) == 3   # nothing said known: each
+
+
+def test_what_is_said_is_the_transcript_or_vccs_sentence_across_its_voices():
+    from evaluation import speech
+    found = speech.utterances(require(data_root()), "validation")
+    vcc = [u for u in found if u.speaker.startswith(speech.VCC)]
+    keys = {speech.said(u) for u in vcc}
+    assert len({u.speaker for u in vcc}) == 10 and len(keys) * 10 == len(vcc)      # ten voices, each sentence
+    told = [u for u in found if u.text]
+    assert told and all(speech.said(u) == u.text for u in told)
+    rest = [u for u in found if not u.text and u not in vcc]
+    assert rest and len({speech.said(u) for u in rest}) == len(rest)               # each its own file
 
 
 def test_a_speech_window_is_utterances_run_together_with_short_pauses():
@@ -427,3 +456,25 @@ def test_each_recording_of_the_phrase_weighs_as_many_synthetic_clips(monkeypatch
     for take in recorded:
         assert sum(len(p) == len(take) and np.array_equal(p, take) for p in items.positives) == enroll.RECORDING_COPIES
     assert items.sources["positives"] == {"espeak-ng": 5, "recordings": 2}
+
+
+def test_a_streams_embeddings_are_made_once_a_machine(tmp_path, monkeypatch):
+    """The validation stream's speech embeddings are embedded on first use and read back from the
+    cache by the next run (a new Validation of the same audio), the ears not asked again."""
+    from corpus.folders import CACHE_ENV as ROOT_ENV
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path))
+
+    class Ears:
+        calls = 0
+
+        def embed(self, audio):
+            Ears.calls += 1
+            return np.outer(audio[:5], np.arange(3)).astype(np.float32)
+
+    audio = np.linspace(-1, 1, 1000, dtype=np.float32)
+    first = wake_threshold.Validation(audio, 0.01).embeddings(Ears())
+    again = wake_threshold.Validation(audio.copy(), 0.01).embeddings(Ears())
+    np.testing.assert_array_equal(again, first)
+    assert Ears.calls == 1 and len(list((tmp_path / "embeddings").glob("stream-*.npy"))) == 1
+    wake_threshold.Validation(audio[::-1].copy(), 0.01).embeddings(Ears())
+    assert Ears.calls == 2                                                 # other audio: embedded
