@@ -16,8 +16,9 @@ the `container` section of BENCHMARKS.md.
    permitted), so `unshare` and `chroot` do what crun would.
 4. serve: its CMD answers on its EXPOSEd port (`/`: 200) and its HEALTHCHECK passes; `rotkws
    detect` in it hears the right word in real clips with each bundled model; it holds no torch.
-   train: `rotkws train` for one step and `rotkws enroll` on a tiny budget, every TTS engine
-   (Kokoro included), the data root mounted where the image's ROTKWS_DATA points.
+   train: `rotkws train` for one step and `rotkws enroll` on a tiny budget (the verifier written
+   beside it), every TTS engine (Kokoro included), the data root mounted where the image's
+   ROTKWS_DATA points.
 5. Build times and sizes into BENCHMARKS.md; the dangling images removed.
 """
 import argparse
@@ -346,6 +347,8 @@ def check_train(image: str) -> dict:
         kokoro = len(list(home.glob(".cache/rotkws/kokoro/*/*.npy")))   # training/kokoro.py's cache
         if kokoro == 0:
             raise RuntimeError("rotkws enroll in the train image said nothing in Kokoro's voices (no clip cached)")
+        if not (root / "tmp/alexa.head.onnx").is_file():
+            raise RuntimeError("rotkws enroll in the train image wrote no verifier (/tmp/alexa.head.onnx) beside its file")
         shutil.copy(WAKE_CLIP, root / "tmp/wake.flac")
         header = run(in_image(root, cfg, ["rotkws", "detect", "--model", "/tmp/alexa.onnx", "--scores",
                                           "/tmp/wake.flac"]), timeout=120).stdout.splitlines()[:1]
@@ -391,8 +394,8 @@ def checked(target: str, r: dict) -> str:
                 f"`rotkws detect` hears {', '.join(r['heard'])}; no torch")
     voices = "from the image" if r["voices"] == "shipped" else r["voices"]
     return (f"one step of `rotkws train` ({r['train_s']:.0f} s); `rotkws enroll` on a tiny budget "
-            f"({r['enroll_s'] / 60:.1f} min): {', '.join(r['engines'])} and Kokoro ({r['kokoro']} clips, "
-            f"voices {voices})")
+            f"({r['enroll_s'] / 60:.1f} min, its verifier beside it): {', '.join(r['engines'])} and Kokoro "
+            f"({r['kokoro']} clips, voices {voices})")
 
 
 TARGETS = {"serve": ("PYTHON_IMAGE", check_serve),   # target → (the ARG naming its base, its check)
