@@ -60,7 +60,7 @@ class Validation:
         self.audio, self.hours = audio, hours
         self.marked = np.zeros((0, 2)) if marked is None else np.asarray(marked, np.float64)   # (n, 2) s
         self.spoken = np.zeros((0, 2)) if spoken is None else np.asarray(spoken, np.float64)   # (m, 2) s, by start
-        self.said = np.unique(said or [], return_inverse=True)[1] if len(self.spoken) else np.zeros(0, int)
+        self.said = np.unique(list(said or []), return_inverse=True)[1].astype(int)   # (m,) what each said
         if len(self.said) != len(self.spoken):
             raise ValueError(f"expected what each of the {len(self.spoken)} spoken spans said, got {len(self.said)}")
         self._tracks, self._embeddings = {}, None
